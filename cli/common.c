@@ -1,0 +1,52 @@
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "core/log.h"
+#include "core/status.h"
+
+int dsq_cli_fail(void)
+{
+    const char *m = dsq_errmsg();
+    fprintf(stderr, "dsquant: error: %s\n", m[0] ? m : "unknown failure");
+    return 1;
+}
+
+int dsq_cli_common_opt(int argc, char **argv, int *i, const char *usage, int *exit_now)
+{
+    (void)argc;
+    const char *a = argv[*i];
+    *exit_now = 0;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        fputs(usage, stdout);
+        *exit_now = 1;
+        return 1;
+    }
+    if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+        dsq_log_set_level(DSQ_LOG_DEBUG);
+        return 1;
+    }
+    if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+        dsq_log_set_level(DSQ_LOG_WARN);
+        return 1;
+    }
+    return 0;
+}
+
+long long dsq_cli_parse_int(const char *opt, const char *val, long long min, long long max)
+{
+    if (!val) {
+        fprintf(stderr, "dsquant: error: %s needs a value\n", opt);
+        return -1;
+    }
+    char *end;
+    errno = 0;
+    long long v = strtoll(val, &end, 10);
+    if (errno || end == val || *end || v < min || v > max) {
+        fprintf(stderr, "dsquant: error: %s: \"%s\" is not an integer in [%lld, %lld]\n", opt, val, min, max);
+        return -1;
+    }
+    return v;
+}

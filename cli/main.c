@@ -1,0 +1,49 @@
+/* dsquant: one program, one subcommand per job. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "core/log.h"
+
+static const dsq_cmd g_cmds[] = {
+    {"info", "show format, architecture, tensors and metadata of a model", dsq_cmd_info},
+    {"convert", "convert between a Hugging Face folder and GGUF", dsq_cmd_convert},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: dsquant [-v|-q] COMMAND [ARGS]\n       dsquant --version\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof g_cmds / sizeof g_cmds[0]; i++)
+        fprintf(out, "  %-10s %s\n", g_cmds[i].name, g_cmds[i].summary);
+    fprintf(out, "\n'dsquant COMMAND --help' describes a command.\n");
+}
+
+int main(int argc, char **argv)
+{
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (!strcmp(argv[i], "--version")) {
+            printf("dsquant %s\n", DSQ_VERSION);
+            return 0;
+        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "-v")) {
+            dsq_log_set_level(DSQ_LOG_DEBUG);
+        } else if (!strcmp(argv[i], "-q")) {
+            dsq_log_set_level(DSQ_LOG_WARN);
+        } else {
+            fprintf(stderr, "dsquant: error: unknown option %s\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (i >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    for (size_t c = 0; c < sizeof g_cmds / sizeof g_cmds[0]; c++)
+        if (!strcmp(argv[i], g_cmds[c].name)) return g_cmds[c].run(argc - i, argv + i);
+    fprintf(stderr, "dsquant: error: unknown command \"%s\" (see dsquant --help)\n", argv[i]);
+    return 2;
+}

@@ -1,0 +1,478 @@
+#include "core/fileio.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- registry of open inputs, so that no output can replace one ---- */
+
+enum { DSQ_MAX_OPEN_INPUTS = 1024 };
+static struct {
+    dev_t dev;
+    ino_t ino;
+} g_inputs[DSQ_MAX_OPEN_INPUTS];
+static int g_n_inputs;
+static pthread_mutex_t g_inputs_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void inputs_add(const struct stat *st)
+{
+    pthread_mutex_lock(&g_inputs_lock);
+    if (g_n_inputs < DSQ_MAX_OPEN_INPUTS) {
+        g_inputs[g_n_inputs].dev = st->st_dev;
+        g_inputs[g_n_inputs].ino = st->st_ino;
+        g_n_inputs++;
+    }
+    pthread_mutex_unlock(&g_inputs_lock);
+}
+
+static void inputs_remove(dev_t dev, ino_t ino)
+{
+    pthread_mutex_lock(&g_inputs_lock);
+    for (int i = 0; i < g_n_inputs; i++) {
+        if (g_inputs[i].dev == dev && g_inputs[i].ino == ino) {
+            g_inputs[i] = g_inputs[--g_n_inputs];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g_inputs_lock);
+}
+
+bool dsq_path_is_open_input(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) return false;
+    bool found = false;
+    pthread_mutex_lock(&g_inputs_lock);
+    for (int i = 0; i < g_n_inputs && !found; i++)
+        found = g_inputs[i].dev == st.st_dev && g_inputs[i].ino == st.st_ino;
+    pthread_mutex_unlock(&g_inputs_lock);
+    return found;
+}
+
+/* ---- inputs ---- */
+
+dsq_status dsq_mmap_open(const char *path, dsq_mmap *m)
+{
+    memset(m, 0, sizeof *m);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dsq_fail_errno(DSQ_ERR_IO, "%s: cannot open", path);
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return dsq_fail_errno(DSQ_ERR_IO, "%s: cannot stat", path);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return dsq_fail(DSQ_ERR_IO, "%s: not a regular file", path);
+    }
+    m->path = strdup(path);
+    if (!m->path) {
+        close(fd);
+        return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", path);
+    }
+    m->size = (size_t)st.st_size;
+    if (m->size > 0) {
+        void *p = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            close(fd);
+            free(m->path);
+            m->path = NULL;
+            return dsq_fail_errno(DSQ_ERR_IO, "%s: cannot map", path);
+        }
+        m->data = p;
+    }
+    close(fd);
+    inputs_add(&st);
+    return DSQ_OK;
+}
+
+void dsq_mmap_close(dsq_mmap *m)
+{
+    if (!m || !m->path) return;
+    struct stat st;
+    if (stat(m->path, &st) == 0) inputs_remove(st.st_dev, st.st_ino);
+    if (m->data) munmap((void *)m->data, m->size);
+    free(m->path);
+    memset(m, 0, sizeof *m);
+}
+
+dsq_status dsq_read_file(const char *path, size_t max_size, char **out, size_t *out_len)
+{
+    *out = NULL;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return dsq_fail_errno(errno == ENOENT ? DSQ_ERR_NOT_FOUND : DSQ_ERR_IO, "%s: cannot open", path);
+    struct stat st;
+    if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(fp);
+        return dsq_fail(DSQ_ERR_IO, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > max_size) {
+        fclose(fp);
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: file is %lld bytes, more than the %zu allowed", path,
+                        (long long)st.st_size, max_size);
+    }
+    size_t n = (size_t)st.st_size;
+    char *buf = malloc(n + 1);
+    if (!buf) {
+        fclose(fp);
+        return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", path);
+    }
+    if (n && fread(buf, 1, n, fp) != n) {
+        free(buf);
+        fclose(fp);
+        return dsq_fail_errno(DSQ_ERR_IO, "%s: read failed", path);
+    }
+    fclose(fp);
+    buf[n] = '\0';
+    *out = buf;
+    if (out_len) *out_len = n;
+    return DSQ_OK;
+}
+
+/* ---- paths ---- */
+
+dsq_status dsq_path_join(char *buf, size_t cap, const char *dir, const char *name)
+{
+    int n = (dir && dir[0]) ? snprintf(buf, cap, "%s/%s", dir, name) : snprintf(buf, cap, "%s", name);
+    if (n < 0 || (size_t)n >= cap) return dsq_fail(DSQ_ERR_ARG, "%s/%s: path too long", dir, name);
+    return DSQ_OK;
+}
+
+bool dsq_is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool dsq_exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/* Splits path into its folder ("." when none) and base name. */
+static dsq_status split_path(const char *path, char *dir, char *base, size_t cap)
+{
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/') len--; /* "out/" names "out" */
+    if (len == 0 || len >= cap) return dsq_fail(DSQ_ERR_ARG, "%s: invalid output path", path);
+    const char *slash = NULL;
+    for (size_t i = 0; i < len; i++)
+        if (path[i] == '/') slash = path + i;
+    if (!slash) {
+        strcpy(dir, ".");
+        memcpy(base, path, len);
+        base[len] = '\0';
+    } else {
+        size_t dl = (size_t)(slash - path);
+        if (dl == 0) dl = 1; /* "/name" */
+        memcpy(dir, path, dl);
+        dir[dl] = '\0';
+        size_t bl = len - (size_t)(slash - path) - 1;
+        memcpy(base, slash + 1, bl);
+        base[bl] = '\0';
+    }
+    if (!base[0] || !strcmp(base, ".") || !strcmp(base, ".."))
+        return dsq_fail(DSQ_ERR_ARG, "%s: invalid output path", path);
+    return DSQ_OK;
+}
+
+static void fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
+/* ---- atomic output file ---- */
+
+enum { DSQ_OUT_BUF = 4 << 20 };
+
+struct dsq_outfile {
+    int fd;
+    char final_path[PATH_MAX];
+    char tmp_path[PATH_MAX];
+    char dir[PATH_MAX];
+    uint8_t *buf;
+    size_t buf_len;
+    uint64_t pos; /* logical size written so far */
+};
+
+dsq_status dsq_outfile_open(const char *path, bool overwrite, dsq_outfile **out)
+{
+    *out = NULL;
+    if (dsq_path_is_open_input(path))
+        return dsq_fail(DSQ_ERR_ARG, "%s: output would overwrite an input file", path);
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) return dsq_fail(DSQ_ERR_EXISTS, "%s: output path is a folder", path);
+        if (!overwrite) return dsq_fail(DSQ_ERR_EXISTS, "%s: output exists (use --force to replace it)", path);
+    }
+    dsq_outfile *f = calloc(1, sizeof *f);
+    if (!f) return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", path);
+    char base[PATH_MAX];
+    dsq_status s = split_path(path, f->dir, base, sizeof base);
+    if (s != DSQ_OK) {
+        free(f);
+        return s;
+    }
+    if (!dsq_is_dir(f->dir)) {
+        free(f);
+        return dsq_fail(DSQ_ERR_NOT_FOUND, "%s: output folder %s does not exist", path, f->dir);
+    }
+    snprintf(f->final_path, sizeof f->final_path, "%s", path);
+    int n = snprintf(f->tmp_path, sizeof f->tmp_path, "%s/.%s.tmp-XXXXXX", f->dir, base);
+    if (n < 0 || (size_t)n >= sizeof f->tmp_path) {
+        free(f);
+        return dsq_fail(DSQ_ERR_ARG, "%s: path too long", path);
+    }
+    f->fd = mkostemp(f->tmp_path, O_CLOEXEC);
+    if (f->fd < 0) {
+        dsq_status e = dsq_fail_errno(DSQ_ERR_IO, "%s: cannot create a temporary file in %s", path, f->dir);
+        free(f);
+        return e;
+    }
+    (void)fchmod(f->fd, 0644);
+    f->buf = malloc(DSQ_OUT_BUF);
+    if (!f->buf) {
+        dsq_outfile_abort(f);
+        return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", path);
+    }
+    *out = f;
+    return DSQ_OK;
+}
+
+static dsq_status write_all(dsq_outfile *f, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(f->fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return dsq_fail_errno(DSQ_ERR_IO, "%s: write failed", f->final_path);
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return DSQ_OK;
+}
+
+static dsq_status flush_buf(dsq_outfile *f)
+{
+    if (f->buf_len == 0) return DSQ_OK;
+    dsq_status s = write_all(f, f->buf, f->buf_len);
+    f->buf_len = 0;
+    return s;
+}
+
+dsq_status dsq_outfile_write(dsq_outfile *f, const void *buf, size_t n)
+{
+    const uint8_t *p = buf;
+    f->pos += n;
+    if (f->buf_len + n <= DSQ_OUT_BUF) {
+        if (n) memcpy(f->buf + f->buf_len, p, n);
+        f->buf_len += n;
+        return DSQ_OK;
+    }
+    DSQ_TRY(flush_buf(f));
+    if (n >= DSQ_OUT_BUF) return write_all(f, p, n); /* big tensors go straight through */
+    memcpy(f->buf, p, n);
+    f->buf_len = n;
+    return DSQ_OK;
+}
+
+dsq_status dsq_outfile_write_zeros(dsq_outfile *f, size_t n)
+{
+    static const uint8_t zeros[4096];
+    while (n > 0) {
+        size_t k = n < sizeof zeros ? n : sizeof zeros;
+        DSQ_TRY(dsq_outfile_write(f, zeros, k));
+        n -= k;
+    }
+    return DSQ_OK;
+}
+
+dsq_status dsq_outfile_align(dsq_outfile *f, size_t align)
+{
+    if (align == 0) return dsq_fail(DSQ_ERR_ARG, "%s: alignment 0", f->final_path);
+    size_t rem = (size_t)(f->pos % align);
+    return rem ? dsq_outfile_write_zeros(f, align - rem) : DSQ_OK;
+}
+
+uint64_t dsq_outfile_tell(const dsq_outfile *f) { return f->pos; }
+const char *dsq_outfile_path(const dsq_outfile *f) { return f->final_path; }
+
+dsq_status dsq_outfile_pwrite(dsq_outfile *f, const void *buf, size_t n, uint64_t offset)
+{
+    if (offset + n > f->pos) return dsq_fail(DSQ_ERR_INTERNAL, "%s: pwrite past the end", f->final_path);
+    DSQ_TRY(flush_buf(f));
+    const uint8_t *p = buf;
+    while (n > 0) {
+        ssize_t w = pwrite(f->fd, p, n, (off_t)offset);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return dsq_fail_errno(DSQ_ERR_IO, "%s: write failed", f->final_path);
+        }
+        p += w;
+        n -= (size_t)w;
+        offset += (uint64_t)w;
+    }
+    return DSQ_OK;
+}
+
+static void outfile_free(dsq_outfile *f)
+{
+    if (f->fd >= 0) close(f->fd);
+    free(f->buf);
+    free(f);
+}
+
+dsq_status dsq_outfile_commit(dsq_outfile *f)
+{
+    dsq_status s = flush_buf(f);
+    if (s == DSQ_OK && fsync(f->fd) != 0) s = dsq_fail_errno(DSQ_ERR_IO, "%s: fsync failed", f->final_path);
+    if (s == DSQ_OK && close(f->fd) != 0) s = dsq_fail_errno(DSQ_ERR_IO, "%s: close failed", f->final_path);
+    f->fd = -1;
+    if (s == DSQ_OK && dsq_path_is_open_input(f->final_path))
+        s = dsq_fail(DSQ_ERR_ARG, "%s: output would overwrite an input file", f->final_path);
+    if (s == DSQ_OK && rename(f->tmp_path, f->final_path) != 0)
+        s = dsq_fail_errno(DSQ_ERR_IO, "%s: rename from %s failed", f->final_path, f->tmp_path);
+    if (s != DSQ_OK) {
+        unlink(f->tmp_path);
+    } else {
+        fsync_dir(f->dir);
+    }
+    outfile_free(f);
+    return s;
+}
+
+void dsq_outfile_abort(dsq_outfile *f)
+{
+    if (!f) return;
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+    unlink(f->tmp_path);
+    outfile_free(f);
+}
+
+/* ---- atomic output folder ---- */
+
+struct dsq_outdir {
+    char final_path[PATH_MAX];
+    char tmp_path[PATH_MAX];
+    char parent[PATH_MAX];
+    bool overwrite;
+};
+
+dsq_status dsq_outdir_open(const char *path, bool overwrite, dsq_outdir **out)
+{
+    *out = NULL;
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) return dsq_fail(DSQ_ERR_EXISTS, "%s: output exists and is not a folder", path);
+        if (!overwrite) return dsq_fail(DSQ_ERR_EXISTS, "%s: output folder exists (use --force to replace it)", path);
+    }
+    dsq_outdir *d = calloc(1, sizeof *d);
+    if (!d) return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", path);
+    char base[PATH_MAX];
+    dsq_status s = split_path(path, d->parent, base, sizeof base);
+    if (s != DSQ_OK) {
+        free(d);
+        return s;
+    }
+    if (!dsq_is_dir(d->parent)) {
+        free(d);
+        return dsq_fail(DSQ_ERR_NOT_FOUND, "%s: parent folder %s does not exist", path, d->parent);
+    }
+    snprintf(d->final_path, sizeof d->final_path, "%s", path);
+    int n = snprintf(d->tmp_path, sizeof d->tmp_path, "%s/.%s.tmp-XXXXXX", d->parent, base);
+    if (n < 0 || (size_t)n >= sizeof d->tmp_path) {
+        free(d);
+        return dsq_fail(DSQ_ERR_ARG, "%s: path too long", path);
+    }
+    if (!mkdtemp(d->tmp_path)) {
+        s = dsq_fail_errno(DSQ_ERR_IO, "%s: cannot create a temporary folder in %s", path, d->parent);
+        free(d);
+        return s;
+    }
+    (void)chmod(d->tmp_path, 0755);
+    d->overwrite = overwrite;
+    *out = d;
+    return DSQ_OK;
+}
+
+const char *dsq_outdir_tmp_path(const dsq_outdir *d) { return d->tmp_path; }
+
+dsq_status dsq_outdir_file(const dsq_outdir *d, const char *name, char *buf, size_t cap)
+{
+    return dsq_path_join(buf, cap, d->tmp_path, name);
+}
+
+dsq_status dsq_outdir_commit(dsq_outdir *d)
+{
+    dsq_status s = DSQ_OK;
+    fsync_dir(d->tmp_path);
+    char old[PATH_MAX] = "";
+    struct stat st;
+    if (lstat(d->final_path, &st) == 0) {
+        /* Move the old folder aside first, so a failure can put it back. */
+        int n = snprintf(old, sizeof old, "%s.old-%ld", d->tmp_path, (long)getpid());
+        if (n < 0 || (size_t)n >= sizeof old || rename(d->final_path, old) != 0) {
+            s = dsq_fail_errno(DSQ_ERR_IO, "%s: cannot move the existing folder aside", d->final_path);
+            old[0] = '\0';
+        }
+    }
+    if (s == DSQ_OK && rename(d->tmp_path, d->final_path) != 0) {
+        s = dsq_fail_errno(DSQ_ERR_IO, "%s: rename from %s failed", d->final_path, d->tmp_path);
+        if (old[0]) (void)rename(old, d->final_path);
+        old[0] = '\0';
+    }
+    if (s != DSQ_OK) {
+        (void)dsq_rmtree(d->tmp_path);
+    } else {
+        if (old[0]) (void)dsq_rmtree(old);
+        fsync_dir(d->parent);
+    }
+    free(d);
+    return s;
+}
+
+void dsq_outdir_abort(dsq_outdir *d)
+{
+    if (!d) return;
+    (void)dsq_rmtree(d->tmp_path);
+    free(d);
+}
+
+dsq_status dsq_rmtree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) return DSQ_OK;
+    if (!S_ISDIR(st.st_mode)) {
+        if (unlink(path) != 0) return dsq_fail_errno(DSQ_ERR_IO, "%s: cannot remove", path);
+        return DSQ_OK;
+    }
+    DIR *dir = opendir(path);
+    if (!dir) return dsq_fail_errno(DSQ_ERR_IO, "%s: cannot open folder", path);
+    struct dirent *e;
+    dsq_status s = DSQ_OK;
+    while ((e = readdir(dir)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char child[PATH_MAX];
+        if (dsq_path_join(child, sizeof child, path, e->d_name) != DSQ_OK) continue;
+        dsq_status cs = dsq_rmtree(child);
+        if (cs != DSQ_OK) s = cs;
+    }
+    closedir(dir);
+    if (rmdir(path) != 0) return dsq_fail_errno(DSQ_ERR_IO, "%s: cannot remove folder", path);
+    return s;
+}

@@ -1,0 +1,66 @@
+#include "core/status.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { DSQ_ERRMSG_CAP = 1024 };
+static _Thread_local char g_errmsg[DSQ_ERRMSG_CAP];
+
+static const char *const g_names[DSQ_STATUS_COUNT] = {
+    [DSQ_OK] = "ok",
+    [DSQ_ERR_IO] = "I/O error",
+    [DSQ_ERR_NOMEM] = "out of memory",
+    [DSQ_ERR_FORMAT] = "format error",
+    [DSQ_ERR_UNSUPPORTED] = "unsupported",
+    [DSQ_ERR_ARG] = "invalid argument",
+    [DSQ_ERR_NOT_FOUND] = "not found",
+    [DSQ_ERR_NUMERIC] = "numeric error",
+    [DSQ_ERR_EXISTS] = "already exists",
+    [DSQ_ERR_INTERNAL] = "internal error",
+};
+
+const char *dsq_status_name(dsq_status s)
+{
+    if ((unsigned)s >= DSQ_STATUS_COUNT) return "unknown status";
+    return g_names[s];
+}
+
+dsq_status dsq_fail(dsq_status code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_errmsg, sizeof g_errmsg, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+dsq_status dsq_fail_errno(dsq_status code, const char *fmt, ...)
+{
+    int err = errno;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(g_errmsg, sizeof g_errmsg, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < sizeof g_errmsg)
+        snprintf(g_errmsg + n, sizeof g_errmsg - (size_t)n, ": %s", strerror(err));
+    return code;
+}
+
+dsq_status dsq_fail_context(dsq_status code, const char *fmt, ...)
+{
+    char old[DSQ_ERRMSG_CAP];
+    memcpy(old, g_errmsg, sizeof old);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(g_errmsg, sizeof g_errmsg, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < sizeof g_errmsg)
+        snprintf(g_errmsg + n, sizeof g_errmsg - (size_t)n, ": %s", old);
+    return code;
+}
+
+const char *dsq_errmsg(void) { return g_errmsg; }
+
+void dsq_clear_error(void) { g_errmsg[0] = '\0'; }

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Sets everything up and runs the whole test suite: the release build, then the
+# ASan+UBSan build, each through ctest. Used by README.md and .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=$(nproc 2>/dev/null || echo 2)
+
+bash scripts/install-deps.sh
+bash scripts/fetch-default-model.sh >/dev/null
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDSQ_CUDA=AUTO >/dev/null
+cmake --build build -j"$JOBS"
+(cd build && ctest --output-on-failure -j"$JOBS")
+
+# Sanitizer run: the C tests again under ASan+UBSan (CUDA off: nvcc and ASan do not mix).
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDSQ_SANITIZE=ON -DDSQ_CUDA=OFF >/dev/null
+cmake --build build-asan -j"$JOBS"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+   ctest --output-on-failure -j"$JOBS" -E '^py_' -L '' )
