@@ -1,0 +1,68 @@
+/* The architecture description of a Llama-family model, read from a Hugging
+ * Face config.json or from GGUF metadata, and written back to either. */
+#ifndef DSQ_FORMATS_HF_CONFIG_H
+#define DSQ_FORMATS_HF_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "formats/gguf.h"
+
+typedef enum dsq_arch_family {
+    DSQ_ARCH_LLAMA = 0, /* LlamaForCausalLM, MistralForCausalLM (GGUF "llama") */
+    DSQ_ARCH_QWEN2 = 1, /* Qwen2ForCausalLM (GGUF "qwen2"; q/k/v bias; NEOX rope) */
+} dsq_arch_family;
+
+typedef enum dsq_rope_scaling {
+    DSQ_ROPE_SCALING_NONE = 0,
+    DSQ_ROPE_SCALING_LINEAR,
+    DSQ_ROPE_SCALING_LLAMA3,
+    DSQ_ROPE_SCALING_YARN,
+} dsq_rope_scaling;
+
+typedef struct dsq_arch {
+    dsq_arch_family family;
+    char hf_architecture[64]; /* "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM" */
+    char model_type[32];      /* config.json model_type: "llama", "mistral", "qwen2" */
+    int64_t hidden_size;
+    int64_t intermediate_size;
+    int64_t n_layers;
+    int64_t n_heads;
+    int64_t n_kv_heads;
+    int64_t head_dim; /* hidden_size / n_heads unless config says otherwise */
+    int64_t vocab_size;
+    int64_t max_position_embeddings;
+    double rms_norm_eps;
+    double rope_theta;
+    dsq_rope_scaling rope_scaling;
+    double rope_factor;                /* linear/llama3/yarn factor */
+    double rope_low_freq_factor;       /* llama3 */
+    double rope_high_freq_factor;      /* llama3 */
+    int64_t rope_original_max_pos;     /* llama3 / yarn original_max_position_embeddings */
+    double yarn_beta_fast, yarn_beta_slow, yarn_attn_factor;
+    bool tie_word_embeddings;
+    bool attention_bias; /* q/k/v (and o for llama when set) carry biases; always true for qwen2 q/k/v */
+    bool mlp_bias;
+    int64_t bos_token_id, eos_token_id; /* -1 when absent */
+    char torch_dtype[16];               /* "bfloat16", "float16", "float32" or "" */
+    int64_t sliding_window;             /* mistral; 0 when absent/null */
+} dsq_arch;
+
+/* Parses config.json text; unknown architectures are refused by name
+ * (DSQ_ERR_UNSUPPORTED), missing required fields name the field. `path` is
+ * only used in messages. */
+dsq_status dsq_arch_from_hf_json(const char *json, const char *path, dsq_arch *out);
+/* Reads <dir>/config.json. */
+dsq_status dsq_arch_from_hf_dir(const char *dir, dsq_arch *out);
+/* Serialises to a config.json text (malloc'd, pretty-printed) as transformers writes it. */
+dsq_status dsq_arch_to_hf_json(const dsq_arch *a, char **out_json);
+
+/* From GGUF metadata (general.architecture "llama" or "qwen2" and its keys). */
+dsq_status dsq_arch_from_gguf(const dsq_gguf *g, dsq_arch *out);
+/* GGUF architecture name for the family: "llama" / "qwen2". */
+const char *dsq_arch_gguf_name(const dsq_arch *a);
+/* Writes general.architecture and every <arch>.* key llama.cpp's converter writes. */
+dsq_status dsq_arch_to_gguf(const dsq_arch *a, dsq_gguf_writer *w);
+
+#endif
