@@ -227,8 +227,9 @@ dsq_status dsq_outfile_open(const char *path, bool overwrite, dsq_outfile **out)
         return s;
     }
     if (!dsq_is_dir(f->dir)) {
+        s = dsq_fail(DSQ_ERR_NOT_FOUND, "%s: output folder %s does not exist", path, f->dir);
         free(f);
-        return dsq_fail(DSQ_ERR_NOT_FOUND, "%s: output folder %s does not exist", path, f->dir);
+        return s;
     }
     snprintf(f->final_path, sizeof f->final_path, "%s", path);
     int n = snprintf(f->tmp_path, sizeof f->tmp_path, "%s/.%s.tmp-XXXXXX", f->dir, base);
@@ -243,11 +244,6 @@ dsq_status dsq_outfile_open(const char *path, bool overwrite, dsq_outfile **out)
         return e;
     }
     (void)fchmod(f->fd, 0644);
-    f->buf = malloc(DSQ_OUT_BUF);
-    if (!f->buf) {
-        dsq_outfile_abort(f);
-        return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", path);
-    }
     *out = f;
     return DSQ_OK;
 }
@@ -277,14 +273,18 @@ static dsq_status flush_buf(dsq_outfile *f)
 dsq_status dsq_outfile_write(dsq_outfile *f, const void *buf, size_t n)
 {
     const uint8_t *p = buf;
+    if (!f->buf && n < DSQ_OUT_BUF) {
+        f->buf = malloc(DSQ_OUT_BUF);
+        if (!f->buf) return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", f->final_path);
+    }
     f->pos += n;
-    if (f->buf_len + n <= DSQ_OUT_BUF) {
+    if (f->buf && f->buf_len + n <= DSQ_OUT_BUF) {
         if (n) memcpy(f->buf + f->buf_len, p, n);
         f->buf_len += n;
         return DSQ_OK;
     }
     DSQ_TRY(flush_buf(f));
-    if (n >= DSQ_OUT_BUF) return write_all(f, p, n); /* big tensors go straight through */
+    if (n >= DSQ_OUT_BUF || !f->buf) return write_all(f, p, n); /* big tensors go straight through */
     memcpy(f->buf, p, n);
     f->buf_len = n;
     return DSQ_OK;
@@ -309,6 +309,14 @@ dsq_status dsq_outfile_align(dsq_outfile *f, size_t align)
 }
 
 uint64_t dsq_outfile_tell(const dsq_outfile *f) { return f->pos; }
+
+dsq_status dsq_outfile_suspend(dsq_outfile *f)
+{
+    dsq_status s = flush_buf(f);
+    free(f->buf);
+    f->buf = NULL;
+    return s;
+}
 const char *dsq_outfile_path(const dsq_outfile *f) { return f->final_path; }
 
 dsq_status dsq_outfile_pwrite(dsq_outfile *f, const void *buf, size_t n, uint64_t offset)
@@ -390,8 +398,9 @@ dsq_status dsq_outdir_open(const char *path, bool overwrite, dsq_outdir **out)
         return s;
     }
     if (!dsq_is_dir(d->parent)) {
+        s = dsq_fail(DSQ_ERR_NOT_FOUND, "%s: parent folder %s does not exist", path, d->parent);
         free(d);
-        return dsq_fail(DSQ_ERR_NOT_FOUND, "%s: parent folder %s does not exist", path, d->parent);
+        return s;
     }
     snprintf(d->final_path, sizeof d->final_path, "%s", path);
     int n = snprintf(d->tmp_path, sizeof d->tmp_path, "%s/.%s.tmp-XXXXXX", d->parent, base);

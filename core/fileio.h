@@ -39,6 +39,10 @@ uint64_t dsq_outfile_tell(const dsq_outfile *f);
 /* Overwrites bytes already written (e.g. a header placeholder). */
 dsq_status dsq_outfile_pwrite(dsq_outfile *f, const void *buf, size_t n, uint64_t offset);
 const char *dsq_outfile_path(const dsq_outfile *f);
+/* Flushes and frees the write buffer (re-created on the next write): lets a
+ * writer keep many finished files open until a common commit without holding
+ * a buffer for each. */
+dsq_status dsq_outfile_suspend(dsq_outfile *f);
 /* Flushes, fsyncs, renames to the final path and fsyncs the folder; frees f. */
 dsq_status dsq_outfile_commit(dsq_outfile *f);
 /* Removes the temporary; frees f. NULL is a no-op. */

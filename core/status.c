@@ -56,8 +56,17 @@ dsq_status dsq_fail_context(dsq_status code, const char *fmt, ...)
     va_start(ap, fmt);
     int n = vsnprintf(g_errmsg, sizeof g_errmsg, fmt, ap);
     va_end(ap);
-    if (n >= 0 && (size_t)n < sizeof g_errmsg)
-        snprintf(g_errmsg + n, sizeof g_errmsg - (size_t)n, ": %s", old);
+    /* Append ": <old message>", truncating silently: the head of a message matters most. */
+    size_t used = n < 0 ? 0 : ((size_t)n < sizeof g_errmsg ? (size_t)n : sizeof g_errmsg - 1);
+    const char *parts[2] = {": ", old};
+    for (int k = 0; k < 2; k++) {
+        size_t len = strnlen(parts[k], sizeof old);
+        size_t room = sizeof g_errmsg - 1 - used;
+        if (len > room) len = room;
+        memcpy(g_errmsg + used, parts[k], len);
+        used += len;
+    }
+    g_errmsg[used] = '\0';
     return code;
 }
 

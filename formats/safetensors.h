@@ -59,6 +59,8 @@ void dsq_st_model_close(dsq_st_model *m);
 dsq_status dsq_st_model_view(const dsq_st_model *m, size_t i, dsq_tensor *out);
 /* -1 when absent. */
 int64_t dsq_st_model_find(const dsq_st_model *m, const char *name);
+/* A __metadata__ value from the first shard that has the key; NULL when none does. */
+const char *dsq_st_model_meta(const dsq_st_model *m, const char *key);
 
 /* ---- writer ----
  * new(dir, "model", max_shard_bytes) -> set_meta -> add every tensor (name,

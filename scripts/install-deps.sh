@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Installs everything dsquant needs to build and test, from Debian and PyPI only.
-# Idempotent: re-running it installs nothing new. Used by README.md and .ci/run.
+# Idempotent: a second run installs nothing. Used by README.md and .ci/run.
+#
+# Python serves only the integration tests that drive real outside consumers
+# (safetensors, gguf, tokenizers, transformers + torch on CPU). They live in a
+# virtual environment under $DSQ_CACHE (default ~/.cache/dsquant/venv), so the
+# system Python is left alone; DSQ_NO_PYTHON=1 skips it.
 set -euo pipefail
 
 DEB_PKGS=(build-essential cmake pkg-config libcjson-dev libzstd-dev libcmocka-dev
-          libpcre2-dev zstd python3 python3-pip)
+          libpcre2-dev zstd python3 python3-venv python3-pip)
 
 missing=()
 for p in "${DEB_PKGS[@]}"; do
@@ -16,11 +21,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
 
-# Python is used only by integration tests that drive real outside consumers.
 if [ "${DSQ_NO_PYTHON:-0}" != "1" ]; then
-  PY="${PYTHON:-python3}"
-  req="$(dirname "$0")/../tests/integration/requirements.txt"
-  if ! "$PY" -c "import numpy, safetensors, gguf" >/dev/null 2>&1; then
-    "$PY" -m pip install -q --disable-pip-version-check -r "$req"
+  CACHE="${DSQ_CACHE:-$HOME/.cache/dsquant}"
+  VENV="$CACHE/venv"
+  req="$(cd "$(dirname "$0")/.." && pwd)/tests/integration/requirements.txt"
+  stamp="$VENV/.requirements.sha256"
+  want=$(sha256sum "$req" | cut -d' ' -f1)
+  if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    mkdir -p "$CACHE"
+    [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+    echo "dsquant: installing Python test consumers into $VENV (first run takes a few minutes)" >&2
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >&2
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$req" >&2
+    echo "$want" > "$stamp"
   fi
 fi
