@@ -1,9 +1,10 @@
 /* Conversions between the plain float types, and integer/bool rows to f32.
  *
- * Every narrowing rounds once, to nearest with ties to even, using integer
- * arithmetic on the bit pattern: the result cannot depend on the FPU's rounding
- * mode or on flush-to-zero settings, and f64 sources round straight from the
- * double (going through float first would round twice).
+ * Every narrowing rounds once, to nearest with ties to even, mostly with integer
+ * arithmetic on the bit pattern (the one float addition, for f16 subnormals,
+ * relies on the default rounding mode, as ggml's does). f64 sources round
+ * straight from the double: going through float first would round twice.
+ * Rows must not overlap unless source and destination types are the same.
  *
  * f16: finite results equal ggml_compute_fp32_to_fp16 (ggml-impl.h, from the
  * FP16 library), which is an exact round-to-nearest-even; like it, every NaN
@@ -43,6 +44,15 @@ static inline uint64_t f64_bits(double d)
     return u;
 }
 
+/* c ? x : y, written with a mask: the compiler keeps it branch-free, which
+ * lets row loops vectorize (a plain ?: with a float operation on one side is
+ * turned into a branch under the default -ftrapping-math). */
+static inline uint32_t sel(bool c, uint32_t x, uint32_t y)
+{
+    uint32_t m = 0u - (uint32_t)c;
+    return (x & m) | (y & ~m);
+}
+
 /* m / 2^shift rounded to nearest, ties to even (1 <= shift <= 63). */
 static inline uint64_t rne_shift(uint64_t m, unsigned shift)
 {
@@ -54,38 +64,39 @@ static inline uint64_t rne_shift(uint64_t m, unsigned shift)
 
 /* ---- f16 ---- */
 
+/* Both paths are computed and the result selected, so that the compiler can
+ * use conditional moves (and vectorize row loops): data mixes tiny and normal
+ * values unpredictably. */
 uint16_t dsq_f32_to_f16(float f)
 {
     uint32_t u = f32_bits(f);
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t a = u & 0x7fffffffu;
-    uint32_t h;
-    if (a >= 0x38800000u) {   /* |f| >= 2^-14: f16 normal range and above */
-        if (a >= 0x477ff000u) /* >= 65520 (the tie above 65504 goes to the even Inf), Inf, NaN */
-            h = a > 0x7f800000u ? 0x7e00u : 0x7c00u;
-        else /* rebias 127 -> 15, then round away 13 bits; a mantissa carry bumps the exponent */
-            h = (a - 0x38000000u + 0x0fffu + ((a >> 13) & 1u)) >> 13;
-    } else if (a <= 0x33000000u) { /* |f| <= 2^-25: the tie at 2^-25 goes to the even zero */
-        h = 0;
-    } else {                  /* f16 subnormal: count units of 2^-24 */
-        uint32_t e = a >> 23; /* 102..112 here: f32 is normal */
-        h = (uint32_t)rne_shift((a & 0x7fffffu) | 0x800000u, 126 - e);
-    }
+    /* f16 normal: rebias 127 -> 15, round away 13 bits; a mantissa carry bumps the exponent. */
+    uint32_t normal = (a - 0x38000000u + 0x0fffu + ((a >> 13) & 1u)) >> 13;
+    /* f16 subnormal (|f| < 2^-14): 0.5f has an ulp of 2^-24, the f16 subnormal
+     * unit, so the float addition does the rounding (ties to even: the default
+     * mode, which nothing here changes) and the low bits count the units. */
+    uint32_t sub = f32_bits(f32_from_bits(a) + 0.5f) - 0x3f000000u;
+    uint32_t h = sel(a < 0x38800000u, sub, normal);
+    h = sel(a >= 0x477ff000u, 0x7c00u, h); /* >= 65520 (the tie above 65504 goes to the even Inf), and Inf */
+    h = sel(a > 0x7f800000u, 0x7e00u, h);  /* NaN */
     return (uint16_t)(sign | h);
 }
 
 float dsq_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t em = h & 0x7fffu;
-    uint32_t u;
-    if (em >= 0x0400u && em < 0x7c00u) /* normal: rebias 15 -> 127 */
-        u = (em << 13) + 0x38000000u;
-    else if (em >= 0x7c00u) /* Inf, or NaN made quiet with its payload kept */
-        u = 0x7f800000u | ((em & 0x3ffu) << 13) | (em != 0x7c00u ? 0x400000u : 0);
-    else /* zero or subnormal: em units of 2^-24, exact in float */
-        u = f32_bits((float)em * 0x1p-24f);
-    return f32_from_bits(sign | u);
+    uint32_t o = (uint32_t)(h & 0x7fffu) << 13;
+    uint32_t exp = o & 0x0f800000u;
+    o += 0x38000000u; /* rebias 15 -> 127: right for normals */
+    /* Inf/NaN: exponent to 255; NaN made quiet with its payload kept (as F16C does). */
+    uint32_t infnan = (o + 0x38000000u) | sel((o & 0x007fe000u) != 0, 0x400000u, 0);
+    /* Subnormal: o now reads 2^-15 * (1 + m/1024); bumping it to 2^-14 * (1 + m/1024)
+     * and subtracting 2^-14 leaves m * 2^-24, exactly. */
+    uint32_t sub = f32_bits(f32_from_bits(o + 0x00800000u) - 0x1p-14f);
+    uint32_t r = sel(exp == 0x0f800000u, infnan, sel(exp == 0, sub, o));
+    return f32_from_bits(sign | r);
 }
 
 /* ---- bf16 ---- */

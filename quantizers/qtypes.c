@@ -5,48 +5,6 @@
 
 #include "quantizers/quants.h"
 
-/* Transitional: rows whose functions are not linked yet resolve to NULL. */
-#pragma weak dsq_quantize_row_q4_0
-#pragma weak dsq_dequantize_row_q4_0
-#pragma weak dsq_quantize_row_q4_1
-#pragma weak dsq_dequantize_row_q4_1
-#pragma weak dsq_quantize_row_q5_0
-#pragma weak dsq_dequantize_row_q5_0
-#pragma weak dsq_quantize_row_q5_1
-#pragma weak dsq_dequantize_row_q5_1
-#pragma weak dsq_quantize_row_q8_0
-#pragma weak dsq_dequantize_row_q8_0
-#pragma weak dsq_quantize_row_q8_1
-#pragma weak dsq_dequantize_row_q8_1
-#pragma weak dsq_quantize_row_iq4_nl
-#pragma weak dsq_dequantize_row_iq4_nl
-#pragma weak dsq_quantize_row_iq4_xs
-#pragma weak dsq_dequantize_row_iq4_xs
-#pragma weak dsq_quantize_row_q2_K
-#pragma weak dsq_dequantize_row_q2_K
-#pragma weak dsq_quantize_row_q3_K
-#pragma weak dsq_dequantize_row_q3_K
-#pragma weak dsq_quantize_row_q4_K
-#pragma weak dsq_dequantize_row_q4_K
-#pragma weak dsq_quantize_row_q5_K
-#pragma weak dsq_dequantize_row_q5_K
-#pragma weak dsq_quantize_row_q6_K
-#pragma weak dsq_dequantize_row_q6_K
-#pragma weak dsq_quantize_row_q8_K
-#pragma weak dsq_dequantize_row_q8_K
-#pragma weak dsq_vec_dot_q4_0_q8_0
-#pragma weak dsq_vec_dot_q4_1_q8_1
-#pragma weak dsq_vec_dot_q5_0_q8_0
-#pragma weak dsq_vec_dot_q5_1_q8_1
-#pragma weak dsq_vec_dot_q8_0_q8_0
-#pragma weak dsq_vec_dot_iq4_nl_q8_0
-#pragma weak dsq_vec_dot_iq4_xs_q8_K
-#pragma weak dsq_vec_dot_q2_K_q8_K
-#pragma weak dsq_vec_dot_q3_K_q8_K
-#pragma weak dsq_vec_dot_q4_K_q8_K
-#pragma weak dsq_vec_dot_q5_K_q8_K
-#pragma weak dsq_vec_dot_q6_K_q8_K
-
 #define QROW(T, t, dot, dt, im)                                                                    \
     [DSQ_TYPE_##T] = {DSQ_TYPE_##T, dsq_quantize_row_##t, dsq_dequantize_row_##t, dot, DSQ_TYPE_##dt, im}
 

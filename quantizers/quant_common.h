@@ -25,7 +25,9 @@
 /* Blocks with max |x| below this are treated as all zero (ggml's GROUP_MAX_EPS). */
 #define DSQ_GROUP_MAX_EPS 1e-15f
 
-/* ---- block layouts (little-endian; fp16 fields are IEEE half bit patterns) ---- */
+/* ---- block layouts (little-endian; fp16 fields are IEEE half bit patterns) ----
+ * The q2_K..q6_K layouts live with the k-quants (quantizers/kquants_internal.h);
+ * q8_K is here because the iq4_xs dot product reads it. */
 
 typedef struct dsq_block_q4_0 {
     uint16_t d;
@@ -62,42 +64,6 @@ typedef struct dsq_block_q8_1 {
     int8_t qs[32];
 } dsq_block_q8_1;
 
-typedef struct dsq_block_q2_K {
-    uint8_t scales[16]; /* low nibble scale, high nibble min */
-    uint8_t qs[64];
-    uint16_t d;
-    uint16_t dmin;
-} dsq_block_q2_K;
-
-typedef struct dsq_block_q3_K {
-    uint8_t hmask[32];
-    uint8_t qs[64];
-    uint8_t scales[12];
-    uint16_t d;
-} dsq_block_q3_K;
-
-typedef struct dsq_block_q4_K {
-    uint16_t d;
-    uint16_t dmin;
-    uint8_t scales[12];
-    uint8_t qs[128];
-} dsq_block_q4_K;
-
-typedef struct dsq_block_q5_K {
-    uint16_t d;
-    uint16_t dmin;
-    uint8_t scales[12];
-    uint8_t qh[32];
-    uint8_t qs[128];
-} dsq_block_q5_K;
-
-typedef struct dsq_block_q6_K {
-    uint8_t ql[128];
-    uint8_t qh[64];
-    int8_t scales[16];
-    uint16_t d;
-} dsq_block_q6_K;
-
 typedef struct dsq_block_q8_K {
     float d;
     int8_t qs[256];
@@ -122,11 +88,6 @@ _Static_assert(sizeof(dsq_block_q5_0) == 22, "q5_0 block");
 _Static_assert(sizeof(dsq_block_q5_1) == 24, "q5_1 block");
 _Static_assert(sizeof(dsq_block_q8_0) == 34, "q8_0 block");
 _Static_assert(sizeof(dsq_block_q8_1) == 36, "q8_1 block");
-_Static_assert(sizeof(dsq_block_q2_K) == 84, "q2_K block");
-_Static_assert(sizeof(dsq_block_q3_K) == 110, "q3_K block");
-_Static_assert(sizeof(dsq_block_q4_K) == 144, "q4_K block");
-_Static_assert(sizeof(dsq_block_q5_K) == 176, "q5_K block");
-_Static_assert(sizeof(dsq_block_q6_K) == 210, "q6_K block");
 _Static_assert(sizeof(dsq_block_q8_K) == 292, "q8_K block");
 _Static_assert(sizeof(dsq_block_iq4_nl) == 18, "iq4_nl block");
 _Static_assert(sizeof(dsq_block_iq4_xs) == 136, "iq4_xs block");
