@@ -22,15 +22,18 @@ static struct {
 static int g_n_inputs;
 static pthread_mutex_t g_inputs_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void inputs_add(const struct stat *st)
+static bool inputs_add(const struct stat *st)
 {
+    bool ok = false;
     pthread_mutex_lock(&g_inputs_lock);
     if (g_n_inputs < DSQ_MAX_OPEN_INPUTS) {
         g_inputs[g_n_inputs].dev = st->st_dev;
         g_inputs[g_n_inputs].ino = st->st_ino;
         g_n_inputs++;
+        ok = true;
     }
     pthread_mutex_unlock(&g_inputs_lock);
+    return ok;
 }
 
 static void inputs_remove(dev_t dev, ino_t ino)
@@ -62,8 +65,9 @@ bool dsq_path_is_open_input(const char *path)
 dsq_status dsq_mmap_open(const char *path, dsq_mmap *m)
 {
     memset(m, 0, sizeof *m);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dsq_fail_errno(DSQ_ERR_IO, "%s: cannot open", path);
+    /* O_NONBLOCK: opening a FIFO must not hang; non-regular files are refused below. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return dsq_fail_errno(errno == ENOENT ? DSQ_ERR_NOT_FOUND : DSQ_ERR_IO, "%s: cannot open", path);
     struct stat st;
     if (fstat(fd, &st) != 0) {
         close(fd);
@@ -90,15 +94,19 @@ dsq_status dsq_mmap_open(const char *path, dsq_mmap *m)
         m->data = p;
     }
     close(fd);
-    inputs_add(&st);
+    m->dev = (uint64_t)st.st_dev;
+    m->ino = (uint64_t)st.st_ino;
+    if (!inputs_add(&st)) {
+        dsq_mmap_close(m);
+        return dsq_fail(DSQ_ERR_IO, "%s: more than %d inputs open at once", path, DSQ_MAX_OPEN_INPUTS);
+    }
     return DSQ_OK;
 }
 
 void dsq_mmap_close(dsq_mmap *m)
 {
     if (!m || !m->path) return;
-    struct stat st;
-    if (stat(m->path, &st) == 0) inputs_remove(st.st_dev, st.st_ino);
+    inputs_remove((dev_t)m->dev, (ino_t)m->ino);
     if (m->data) munmap((void *)m->data, m->size);
     free(m->path);
     memset(m, 0, sizeof *m);
@@ -107,8 +115,13 @@ void dsq_mmap_close(dsq_mmap *m)
 dsq_status dsq_read_file(const char *path, size_t max_size, char **out, size_t *out_len)
 {
     *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return dsq_fail_errno(errno == ENOENT ? DSQ_ERR_NOT_FOUND : DSQ_ERR_IO, "%s: cannot open", path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not hang us */
+    if (fd < 0) return dsq_fail_errno(errno == ENOENT ? DSQ_ERR_NOT_FOUND : DSQ_ERR_IO, "%s: cannot open", path);
+    FILE *fp = fdopen(fd, "rb");
+    if (!fp) {
+        close(fd);
+        return dsq_fail_errno(DSQ_ERR_IO, "%s: cannot open", path);
+    }
     struct stat st;
     if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
         fclose(fp);
@@ -211,6 +224,8 @@ struct dsq_outfile {
 dsq_status dsq_outfile_open(const char *path, bool overwrite, dsq_outfile **out)
 {
     *out = NULL;
+    size_t plen = strlen(path);
+    if (plen == 0 || path[plen - 1] == '/') return dsq_fail(DSQ_ERR_ARG, "%s: output file path names a folder", path);
     if (dsq_path_is_open_input(path))
         return dsq_fail(DSQ_ERR_ARG, "%s: output would overwrite an input file", path);
     struct stat st;
@@ -321,7 +336,8 @@ const char *dsq_outfile_path(const dsq_outfile *f) { return f->final_path; }
 
 dsq_status dsq_outfile_pwrite(dsq_outfile *f, const void *buf, size_t n, uint64_t offset)
 {
-    if (offset + n > f->pos) return dsq_fail(DSQ_ERR_INTERNAL, "%s: pwrite past the end", f->final_path);
+    if (n > f->pos || offset > f->pos - n)
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s: pwrite past the end", f->final_path);
     DSQ_TRY(flush_buf(f));
     const uint8_t *p = buf;
     while (n > 0) {
@@ -348,7 +364,7 @@ dsq_status dsq_outfile_commit(dsq_outfile *f)
 {
     dsq_status s = flush_buf(f);
     if (s == DSQ_OK && fsync(f->fd) != 0) s = dsq_fail_errno(DSQ_ERR_IO, "%s: fsync failed", f->final_path);
-    if (s == DSQ_OK && close(f->fd) != 0) s = dsq_fail_errno(DSQ_ERR_IO, "%s: close failed", f->final_path);
+    if (close(f->fd) != 0 && s == DSQ_OK) s = dsq_fail_errno(DSQ_ERR_IO, "%s: close failed", f->final_path);
     f->fd = -1;
     if (s == DSQ_OK && dsq_path_is_open_input(f->final_path))
         s = dsq_fail(DSQ_ERR_ARG, "%s: output would overwrite an input file", f->final_path);
@@ -432,7 +448,9 @@ dsq_status dsq_outdir_commit(dsq_outdir *d)
     fsync_dir(d->tmp_path);
     char old[PATH_MAX] = "";
     struct stat st;
-    if (lstat(d->final_path, &st) == 0) {
+    if (lstat(d->final_path, &st) == 0 && !d->overwrite) {
+        s = dsq_fail(DSQ_ERR_EXISTS, "%s: output appeared while it was being written", d->final_path);
+    } else if (lstat(d->final_path, &st) == 0) {
         /* Move the old folder aside first, so a failure can put it back. */
         int n = snprintf(old, sizeof old, "%s.old-%ld", d->tmp_path, (long)getpid());
         if (n < 0 || (size_t)n >= sizeof old || rename(d->final_path, old) != 0) {

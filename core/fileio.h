@@ -15,6 +15,7 @@ typedef struct dsq_mmap {
     const uint8_t *data; /* NULL for an empty file */
     size_t size;
     char *path;
+    uint64_t dev, ino; /* identity at open, for the open-input registry */
 } dsq_mmap;
 
 dsq_status dsq_mmap_open(const char *path, dsq_mmap *m);
