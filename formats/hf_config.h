@@ -1,5 +1,18 @@
 /* The architecture description of a Llama-family model, read from a Hugging
- * Face config.json or from GGUF metadata, and written back to either. */
+ * Face config.json or from GGUF metadata, and written back to either.
+ *
+ * HF -> GGUF -> HF keeps every field except what GGUF has no place for:
+ * MistralForCausalLM comes back as LlamaForCausalLM (GGUF "llama") without
+ * its sliding_window; eos_token_id lists keep their first id only (from
+ * config.json on); torch_dtype comes from token_embd.weight's type (empty
+ * when quantized); attention_bias/mlp_bias from blk.0 bias tensors. llama3
+ * rope parameters travel only as the rope_freqs.weight table: factor is its
+ * last value, original_max_position_embeddings 8192 (the converter's
+ * default) unless rope.scaling.original_context_length says otherwise,
+ * low/high_freq_factor are fitted to the blended part of the table (two
+ * points give both) and the whole table is recomputed to check them; a table
+ * that does not fit is refused. Qwen2 GGUFs have no vocab_size key: the token
+ * list's length is used. */
 #ifndef DSQ_FORMATS_HF_CONFIG_H
 #define DSQ_FORMATS_HF_CONFIG_H
 
@@ -40,6 +53,7 @@ typedef struct dsq_arch {
     double rope_low_freq_factor;       /* llama3 */
     double rope_high_freq_factor;      /* llama3 */
     int64_t rope_original_max_pos;     /* llama3 / yarn original_max_position_embeddings */
+    /* yarn; 0 when config.json does not give them (then not written to GGUF) */
     double yarn_beta_fast, yarn_beta_slow, yarn_attn_factor;
     bool tie_word_embeddings;
     bool attention_bias; /* q/k/v (and o for llama when set) carry biases; always true for qwen2 q/k/v */
@@ -47,6 +61,8 @@ typedef struct dsq_arch {
     int64_t bos_token_id, eos_token_id; /* -1 when absent */
     char torch_dtype[16];               /* "bfloat16", "float16", "float32" or "" */
     int64_t sliding_window;             /* mistral; 0 when absent/null */
+    /* Fields added after the first version: */
+    bool has_head_dim; /* config.json / GGUF stated head_dim (GGUF: attention.key_length) explicitly */
 } dsq_arch;
 
 /* Parses config.json text; unknown architectures are refused by name
@@ -64,5 +80,14 @@ dsq_status dsq_arch_from_gguf(const dsq_gguf *g, dsq_arch *out);
 const char *dsq_arch_gguf_name(const dsq_arch *a);
 /* Writes general.architecture and every <arch>.* key llama.cpp's converter writes. */
 dsq_status dsq_arch_to_gguf(const dsq_arch *a, dsq_gguf_writer *w);
+
+/* Checks sizes and ratios (positive sizes, n_heads divisible by n_kv_heads,
+ * even head_dim, finite positive eps/theta, rope parameters). */
+dsq_status dsq_arch_validate(const dsq_arch *a, const char *what);
+
+/* The F32 rope_freqs.weight tensor llama.cpp's converter adds for llama3 rope
+ * scaling (LlamaModel.generate_extra_tensors): n must be head_dim / 2. Each
+ * step is done in float32 in the converter's order (torch float32 maths). */
+dsq_status dsq_arch_llama3_rope_freqs(const dsq_arch *a, float *out, int64_t n);
 
 #endif

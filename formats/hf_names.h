@@ -23,6 +23,12 @@ typedef enum dsq_permute_kind {
 dsq_status dsq_name_hf_to_gguf(const dsq_arch *a, const char *hf, char *out, size_t cap, dsq_permute_kind *perm);
 dsq_status dsq_name_gguf_to_hf(const dsq_arch *a, const char *gguf, char *out, size_t cap, dsq_permute_kind *perm);
 
+/* Tensors the converters drop rather than map: HF rotary_emb.inv_freq
+ * buffers (rebuilt at load time) and GGUF rope_freqs.weight (llama3 rope
+ * factors, carried in config.json's rope_scaling instead). */
+bool dsq_name_hf_is_ignored(const char *hf);
+bool dsq_name_gguf_is_ignored(const char *gguf);
+
 /* Permutes the rows of a [rows x row_bytes] matrix (or a bias vector:
  * row_bytes = element size) in place for kind; `to_gguf` picks the direction
  * (false = the inverse, GGUF -> HF). rows must be divisible by 2 * heads.
