@@ -35,7 +35,7 @@ step "GGUF (Q4_1) -> HF folder (F32, dequantized)"
 
 step "HF folder (F32) -> GGUF (F32)"
 "$DSQ" -q convert "$OUT/hf-f32" -o "$OUT/model-f32.gguf" --dtype f32 --force
-"$DSQ" info "$OUT/model-f32.gguf" --no-tensors | head -n 20
+"$DSQ" info "$OUT/model-f32.gguf" --no-tensors
 
 step "GGUF (F32) -> HF folder (F32)"
 "$DSQ" -q convert "$OUT/model-f32.gguf" -o "$OUT/hf-f32-again" --dtype f32 --force

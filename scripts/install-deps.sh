@@ -35,4 +35,19 @@ if [ "${DSQ_NO_PYTHON:-0}" != "1" ]; then
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$req" >&2
     echo "$want" > "$stamp"
   fi
+  # llama.cpp itself, as a real consumer of our GGUF files: llama-cpp-python 0.3.8
+  # bundles llama.cpp 7841fc72 (2025-03-12), three weeks after the reference
+  # revision of our quantizers. It compiles from source (about 5 minutes on 2
+  # cores), so the built wheel is kept in $CACHE/wheels and re-used.
+  LLAMA_PKG="llama-cpp-python==0.3.8"
+  if ! "$VENV/bin/python" -c "import llama_cpp" >/dev/null 2>&1; then
+    mkdir -p "$CACHE/wheels"
+    if ! ls "$CACHE"/wheels/llama_cpp_python-0.3.8-*.whl >/dev/null 2>&1; then
+      echo "dsquant: building $LLAMA_PKG once into $CACHE/wheels (several minutes)" >&2
+      CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$VENV/bin/python" -m pip wheel -q --disable-pip-version-check \
+        --no-deps "$LLAMA_PKG" -w "$CACHE/wheels" >&2
+    fi
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --find-links "$CACHE/wheels" \
+      "$LLAMA_PKG" diskcache jinja2 >&2
+  fi
 fi

@@ -1,0 +1,706 @@
+/* HF <-> GGUF conversion. Each direction plans every output tensor first (the
+ * writers need all tensor infos before data), then streams: a tensor is read
+ * from the input mmap, converted chunk by chunk into a reusable buffer and
+ * handed to the writer; the input pages are released as soon as they are
+ * consumed so resident memory stays near one chunk (or one permuted tensor). */
+#include "formats/convert.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/dtype.h"
+#include "core/fileio.h"
+#include "core/log.h"
+#include "core/tensor.h"
+#include "formats/checkpoint.h"
+#include "formats/gguf.h"
+#include "formats/hf_config.h"
+#include "formats/hf_names.h"
+#include "formats/hf_tokenizer.h"
+#include "formats/safetensors.h"
+#include "quantizers/qtypes.h"
+
+#define NAME_CAP 256
+/* Elements per conversion chunk, a multiple of every block size: 8 MB of
+ * F16 output, so chunks reach the output file without a buffer copy. */
+#define CHUNK_ELEMS (1u << 22)
+/* Bytes per write when a tensor is copied unchanged. */
+#define COPY_BYTES (16u << 20)
+
+/* gguf-py LlamaFileType values for general.file_type. */
+enum { FTYPE_ALL_F32 = 0, FTYPE_MOSTLY_F16 = 1, FTYPE_MOSTLY_BF16 = 32 };
+
+dsq_status dsq_convert_dtype_parse(const char *s, dsq_convert_dtype *out)
+{
+    static const char *const names[] = {"auto", "f32", "f16", "bf16"};
+    for (int i = 0; i < 4; i++) {
+        if (!strcasecmp(s, names[i])) {
+            *out = (dsq_convert_dtype)i;
+            return DSQ_OK;
+        }
+    }
+    return dsq_fail(DSQ_ERR_ARG, "unknown dtype \"%s\" (expected f32, f16, bf16 or auto)", s);
+}
+
+const char *dsq_convert_dtype_name(dsq_convert_dtype d)
+{
+    switch (d) {
+    case DSQ_CONVERT_AUTO: return "auto";
+    case DSQ_CONVERT_F32: return "f32";
+    case DSQ_CONVERT_F16: return "f16";
+    case DSQ_CONVERT_BF16: return "bf16";
+    }
+    return "?";
+}
+
+static dsq_type dtype_to_type(dsq_convert_dtype d)
+{
+    return d == DSQ_CONVERT_F16 ? DSQ_TYPE_F16 : d == DSQ_CONVERT_BF16 ? DSQ_TYPE_BF16 : DSQ_TYPE_F32;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !memcmp(s + n - m, suffix, m);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---------------------------------------------------------------- plan */
+
+typedef struct plan_item {
+    uint64_t src;   /* index in the input; UINT64_MAX for a generated tensor */
+    char name[NAME_CAP];
+    dsq_type type;  /* output type */
+    dsq_permute_kind perm;
+    int n_dims;
+    int64_t shape[DSQ_MAX_DIMS];
+    uint64_t nbytes; /* output bytes */
+    float *generated; /* data of a generated tensor (rope_freqs), owned */
+} plan_item;
+
+typedef struct plan {
+    size_t n, cap;
+    plan_item *items;
+} plan;
+
+static void plan_free(plan *p)
+{
+    for (size_t i = 0; i < p->n; i++) free(p->items[i].generated);
+    free(p->items);
+    memset(p, 0, sizeof *p);
+}
+
+static dsq_status plan_push(plan *p, plan_item **out)
+{
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 64;
+        plan_item *items = realloc(p->items, cap * sizeof *items);
+        if (!items) return dsq_fail(DSQ_ERR_NOMEM, "out of memory planning %zu tensors", cap);
+        p->items = items;
+        p->cap = cap;
+    }
+    *out = &p->items[p->n++];
+    memset(*out, 0, sizeof **out);
+    return DSQ_OK;
+}
+
+static dsq_status plan_finish_item(plan_item *it, const dsq_tensor *src)
+{
+    it->n_dims = src->n_dims > 0 ? src->n_dims : 1;
+    it->shape[0] = 1;
+    for (int d = 0; d < src->n_dims; d++) it->shape[d] = src->shape[d];
+    uint64_t n;
+    if (!dsq_mul_dims(it->shape, it->n_dims, &n))
+        return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: shape overflows", src->name);
+    if (dsq_type_nbytes(it->type, n, &it->nbytes) != DSQ_OK)
+        return dsq_fail_context(DSQ_ERR_FORMAT, "tensor %s", src->name);
+    return DSQ_OK;
+}
+
+/* ---------------------------------------------------------------- streaming */
+
+typedef dsq_status (*sink_fn)(void *w, const void *data, uint64_t n);
+
+static dsq_status sink_gguf(void *w, const void *data, uint64_t n) { return dsq_gguf_writer_write(w, data, n); }
+static dsq_status sink_st(void *w, const void *data, uint64_t n) { return dsq_st_writer_write(w, data, n); }
+
+typedef struct streamer {
+    const dsq_arch *arch;
+    bool to_gguf;
+    sink_fn sink;
+    void *w;
+    float *f32;        /* CHUNK_ELEMS floats for dequantized blocks, made on first use */
+    uint8_t *chunk;    /* CHUNK_ELEMS output elements */
+    uint8_t *whole;    /* a whole permuted tensor */
+    uint8_t *scratch;  /* permutation scratch, same size */
+    uint64_t whole_cap;
+    uint64_t bytes_in, bytes_out;
+} streamer;
+
+static void streamer_free(streamer *s)
+{
+    free(s->f32);
+    free(s->chunk);
+    free(s->whole);
+    free(s->scratch);
+}
+
+static dsq_status streamer_init(streamer *s, const dsq_arch *arch, bool to_gguf, sink_fn sink, void *w)
+{
+    memset(s, 0, sizeof *s);
+    s->arch = arch;
+    s->to_gguf = to_gguf;
+    s->sink = sink;
+    s->w = w;
+    s->chunk = malloc((size_t)CHUNK_ELEMS * sizeof(float));
+    if (!s->chunk) {
+        streamer_free(s);
+        return dsq_fail(DSQ_ERR_NOMEM, "out of memory for conversion buffers");
+    }
+    return DSQ_OK;
+}
+
+/* Drops the input pages [p, p+n) from our resident set; the page cache keeps
+ * them. Only whole pages inside the range are touched. */
+static void release_pages(const void *p, uint64_t n)
+{
+    static long page;
+    if (!page) page = sysconf(_SC_PAGESIZE);
+    if (page <= 0 || !p || n == 0) return;
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+    uintptr_t b = ((uintptr_t)p + (uintptr_t)n) & ~((uintptr_t)page - 1);
+    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* Values that are NaN or Inf, counted on the output encoding's bit patterns. */
+static uint64_t count_nonfinite(dsq_type t, const void *data, uint64_t n)
+{
+    uint64_t bad = 0;
+    if (t == DSQ_TYPE_F32) {
+        const uint32_t *v = data;
+        for (uint64_t i = 0; i < n; i++) bad += (v[i] & 0x7f800000u) == 0x7f800000u;
+    } else if (t == DSQ_TYPE_F16) {
+        const uint16_t *v = data;
+        for (uint64_t i = 0; i < n; i++) bad += (v[i] & 0x7c00u) == 0x7c00u;
+    } else if (t == DSQ_TYPE_BF16) {
+        const uint16_t *v = data;
+        for (uint64_t i = 0; i < n; i++) bad += (v[i] & 0x7f80u) == 0x7f80u;
+    }
+    return bad;
+}
+
+/* Converts elements [off, off+n) of src into dst in type out, n <=
+ * CHUNK_ELEMS; for block types off is a multiple of the block size. Serial on
+ * purpose: shared with other work on a small machine, OpenMP threads made
+ * this I/O-bound loop slower, not faster. */
+static dsq_status produce(streamer *s, const dsq_tensor *src, dsq_type out, uint64_t off, uint64_t n, void *dst)
+{
+    const dsq_type_info *ti = dsq_type_get((int)src->type);
+    const uint8_t *p = (const uint8_t *)src->data + off / ti->block_elems * ti->block_bytes;
+    dsq_status st;
+    if (ti->is_float) {
+        st = dsq_convert_row(src->type, p, out, dst, (size_t)n);
+    } else if (out == DSQ_TYPE_F32) {
+        st = dsq_dequantize(src->type, p, dst, 1, (int64_t)n);
+    } else {
+        if (!s->f32 && !(s->f32 = malloc((size_t)CHUNK_ELEMS * sizeof(float))))
+            return dsq_fail(DSQ_ERR_NOMEM, "out of memory for conversion buffers");
+        st = dsq_dequantize(src->type, p, s->f32, 1, (int64_t)n);
+        if (st == DSQ_OK) st = dsq_convert_row(DSQ_TYPE_F32, s->f32, out, dst, (size_t)n);
+    }
+    release_pages(p, n / ti->block_elems * ti->block_bytes);
+    return st;
+}
+
+static dsq_status stream_copy(streamer *s, const dsq_tensor *src, uint64_t *bad)
+{
+    const uint8_t *p = src->data;
+    uint32_t es = dsq_type_get((int)src->type)->block_bytes;
+    for (uint64_t off = 0; off < src->nbytes; off += COPY_BYTES) {
+        uint64_t len = src->nbytes - off < COPY_BYTES ? src->nbytes - off : COPY_BYTES;
+        *bad += count_nonfinite(src->type, p + off, len / es);
+        DSQ_TRY(s->sink(s->w, p + off, len));
+        release_pages(p + off, len);
+    }
+    return DSQ_OK;
+}
+
+static dsq_status stream_chunked(streamer *s, const dsq_tensor *src, const plan_item *it, uint64_t *bad)
+{
+    uint64_t n = dsq_tensor_nelems(src);
+    uint32_t be = dsq_type_get((int)src->type)->block_elems;
+    uint64_t step = CHUNK_ELEMS / be * be;
+    uint32_t oes = dsq_type_get((int)it->type)->block_bytes;
+    for (uint64_t off = 0; off < n; off += step) {
+        uint64_t len = n - off < step ? n - off : step;
+        DSQ_TRY(produce(s, src, it->type, off, len, s->chunk));
+        *bad += count_nonfinite(it->type, s->chunk, len);
+        DSQ_TRY(s->sink(s->w, s->chunk, len * oes));
+    }
+    return DSQ_OK;
+}
+
+static dsq_status grow_whole(streamer *s, uint64_t nbytes)
+{
+    if (nbytes <= s->whole_cap) return DSQ_OK;
+    if (nbytes > SIZE_MAX) return dsq_fail(DSQ_ERR_NOMEM, "tensor of %llu bytes does not fit in memory",
+                                           (unsigned long long)nbytes);
+    free(s->whole);
+    free(s->scratch);
+    s->whole = malloc((size_t)nbytes);
+    s->scratch = malloc((size_t)nbytes);
+    s->whole_cap = s->whole && s->scratch ? nbytes : 0;
+    if (!s->whole_cap) return dsq_fail(DSQ_ERR_NOMEM, "out of memory for a %llu-byte tensor", (unsigned long long)nbytes);
+    return DSQ_OK;
+}
+
+/* Q/K projections: the whole tensor is converted, then its rows permuted. */
+static dsq_status stream_permuted(streamer *s, const dsq_tensor *src, const plan_item *it, uint64_t *bad)
+{
+    DSQ_TRY(grow_whole(s, it->nbytes));
+    uint64_t n = dsq_tensor_nelems(src);
+    uint32_t be = dsq_type_get((int)src->type)->block_elems;
+    uint64_t step = CHUNK_ELEMS / be * be;
+    uint32_t oes = dsq_type_get((int)it->type)->block_bytes;
+    for (uint64_t off = 0; off < n; off += step) {
+        uint64_t len = n - off < step ? n - off : step;
+        DSQ_TRY(produce(s, src, it->type, off, len, s->whole + off * oes));
+    }
+    *bad += count_nonfinite(it->type, s->whole, n);
+    int64_t rows = it->shape[0];
+    size_t row_bytes = (size_t)(it->nbytes / (uint64_t)rows);
+    DSQ_TRY(dsq_permute_rows(s->arch, it->perm, s->to_gguf, s->whole, rows, row_bytes, s->scratch));
+    return s->sink(s->w, s->whole, it->nbytes);
+}
+
+static dsq_status stream_one(streamer *s, const dsq_tensor *src, const plan_item *it)
+{
+    uint64_t bad = 0;
+    dsq_status st;
+    if (it->generated)
+        st = s->sink(s->w, it->generated, it->nbytes);
+    else if (it->perm != DSQ_PERMUTE_NONE)
+        st = stream_permuted(s, src, it, &bad);
+    else if (src->type == it->type)
+        st = stream_copy(s, src, &bad);
+    else
+        st = stream_chunked(s, src, it, &bad);
+    if (st != DSQ_OK) return dsq_fail_context(st, "tensor %s", it->name);
+    if (bad)
+        DSQ_LOGW("tensor %s: %llu NaN/Inf values (kept as they are; quantizers will refuse them)", it->name,
+                 (unsigned long long)bad);
+    return DSQ_OK;
+}
+
+static void log_progress(uint64_t k, uint64_t n, const plan_item *it, dsq_type src_type, uint64_t in_bytes,
+                         double secs)
+{
+    char shape[96] = "";
+    size_t used = 0;
+    for (int d = 0; d < it->n_dims && used < sizeof shape; d++)
+        used += (size_t)snprintf(shape + used, sizeof shape - used, "%s%lld", d ? "x" : "", (long long)it->shape[d]);
+    char rate[32] = "-";
+    if (secs > 1e-6) snprintf(rate, sizeof rate, "%.0f MB/s", (double)in_bytes / secs / 1e6);
+    DSQ_LOGI("[%llu/%llu] %-44s %-5s -> %-5s %-14s %s", (unsigned long long)k, (unsigned long long)n, it->name,
+             dsq_type_name(src_type), dsq_type_name(it->type), shape, rate);
+}
+
+typedef dsq_status (*view_fn)(const void *src, uint64_t i, dsq_tensor *out);
+
+/* Streams every planned tensor in order through s. */
+static dsq_status stream_all(streamer *s, const plan *p, const void *src, view_fn view)
+{
+    double t0 = now_s();
+    for (size_t i = 0; i < p->n; i++) {
+        const plan_item *it = &p->items[i];
+        dsq_tensor t = {.name = it->name, .type = DSQ_TYPE_F32};
+        if (!it->generated) DSQ_TRY(view(src, it->src, &t));
+        double t1 = now_s();
+        DSQ_TRY(stream_one(s, &t, it));
+        uint64_t in_bytes = it->generated ? it->nbytes : t.nbytes;
+        s->bytes_in += in_bytes;
+        s->bytes_out += it->nbytes;
+        log_progress(i + 1, p->n, it, t.type, in_bytes, now_s() - t1);
+    }
+    double secs = now_s() - t0;
+    DSQ_LOGI("converted %zu tensors, %.1f MB in, %.1f MB out, %.2f s (%.0f MB/s)", p->n, (double)s->bytes_in / 1e6,
+             (double)s->bytes_out / 1e6, secs, secs > 0 ? (double)s->bytes_in / secs / 1e6 : 0.0);
+    return DSQ_OK;
+}
+
+static dsq_status view_st(const void *src, uint64_t i, dsq_tensor *out)
+{
+    return dsq_st_model_view(src, (size_t)i, out);
+}
+static dsq_status view_gguf(const void *src, uint64_t i, dsq_tensor *out) { return dsq_gguf_tensor(src, i, out); }
+
+/* ---------------------------------------------------------------- HF -> GGUF */
+
+/* rope_freqs.weight for llama3 rope scaling: one factor per rotary pair, as
+ * llama.cpp's LlamaModel.generate_extra_tensors computes it (float32). */
+static dsq_status llama3_rope_factors(const dsq_arch *a, plan_item *it)
+{
+    int64_t dim = a->head_dim;
+    if (dim <= 0 || dim % 2) return dsq_fail(DSQ_ERR_FORMAT, "llama3 rope scaling: bad head_dim %lld", (long long)dim);
+    int64_t n = dim / 2;
+    float *f = malloc((size_t)n * sizeof *f);
+    if (!f) return dsq_fail(DSQ_ERR_NOMEM, "out of memory for rope_freqs");
+    float factor = a->rope_factor > 0 ? (float)a->rope_factor : 8.0f;
+    float lo = a->rope_low_freq_factor > 0 ? (float)a->rope_low_freq_factor : 1.0f;
+    float hi = a->rope_high_freq_factor > 0 ? (float)a->rope_high_freq_factor : 4.0f;
+    float old_ctx = a->rope_original_max_pos > 0 ? (float)a->rope_original_max_pos : 8192.0f;
+    float lo_wavelen = old_ctx / lo, hi_wavelen = old_ctx / hi;
+    for (int64_t i = 0; i < n; i++) {
+        float freq = 1.0f / powf((float)a->rope_theta, (float)(2 * i) / (float)dim);
+        float wavelen = 2.0f * (float)M_PI / freq;
+        if (wavelen < hi_wavelen) {
+            f[i] = 1.0f;
+        } else if (wavelen > lo_wavelen) {
+            f[i] = factor;
+        } else {
+            float smooth = (old_ctx / wavelen - lo) / (hi - lo);
+            f[i] = 1.0f / ((1.0f - smooth) / factor + smooth);
+        }
+    }
+    snprintf(it->name, sizeof it->name, "rope_freqs.weight");
+    it->src = UINT64_MAX;
+    it->type = DSQ_TYPE_F32;
+    it->n_dims = 1;
+    it->shape[0] = n;
+    it->nbytes = (uint64_t)n * sizeof(float);
+    it->generated = f;
+    return DSQ_OK;
+}
+
+/* Output type of one tensor, after convert_hf_to_gguf.py prepare_tensors:
+ * 1-D tensors, norms and anything not named ".weight" stay F32. */
+static dsq_type gguf_tensor_type(const char *gguf_name, int n_dims, dsq_type ftype)
+{
+    if (n_dims <= 1 || ends_with(gguf_name, "_norm.weight") || !ends_with(gguf_name, ".weight")) return DSQ_TYPE_F32;
+    return ftype;
+}
+
+static dsq_status plan_hf_to_gguf(const dsq_arch *a, const dsq_st_model *m, dsq_type ftype, plan *p)
+{
+    plan_item *it = NULL;
+    if (a->rope_scaling == DSQ_ROPE_SCALING_LLAMA3 && a->family == DSQ_ARCH_LLAMA) {
+        DSQ_TRY(plan_push(p, &it));
+        DSQ_TRY(llama3_rope_factors(a, it));
+    }
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        dsq_tensor t;
+        DSQ_TRY(dsq_st_model_view(m, i, &t));
+        /* Buffers older checkpoints carry that are rebuilt at load time. */
+        if (ends_with(t.name, ".rotary_emb.inv_freq")) continue;
+        if (a->tie_word_embeddings && !strcmp(t.name, "lm_head.weight")) continue;
+        const dsq_type_info *ti = dsq_type_get((int)t.type);
+        if (!ti || !ti->is_float)
+            return dsq_fail(DSQ_ERR_UNSUPPORTED, "tensor %s: type %s cannot be converted to GGUF (float types only)",
+                            t.name, dsq_type_name(t.type));
+        DSQ_TRY(plan_push(p, &it));
+        it->src = i;
+        DSQ_TRY(dsq_name_hf_to_gguf(a, t.name, it->name, sizeof it->name, &it->perm));
+        it->type = gguf_tensor_type(it->name, t.n_dims, ftype);
+        DSQ_TRY(plan_finish_item(it, &t));
+    }
+    if (p->n == 0) return dsq_fail(DSQ_ERR_FORMAT, "no tensors to convert");
+    return DSQ_OK;
+}
+
+/* --outtype auto of convert_hf_to_gguf.py: F16 when the first tensor is F16,
+ * else BF16 (it deliberately ignores config.json torch_dtype). */
+static dsq_type hf_auto_type(const dsq_st_model *m)
+{
+    dsq_tensor t;
+    if (m->n_tensors > 0 && dsq_st_model_view(m, 0, &t) == DSQ_OK && t.type == DSQ_TYPE_F16) return DSQ_TYPE_F16;
+    dsq_clear_error();
+    return DSQ_TYPE_BF16;
+}
+
+static uint32_t file_type_of(dsq_type ftype)
+{
+    return ftype == DSQ_TYPE_F16 ? FTYPE_MOSTLY_F16 : ftype == DSQ_TYPE_BF16 ? FTYPE_MOSTLY_BF16 : FTYPE_ALL_F32;
+}
+
+/* general.name: the input folder's last path component, as
+ * convert_hf_to_gguf.py falls back to when no model card names it. */
+static void model_name_of(const char *dir, char *out, size_t cap)
+{
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/') b--;
+    snprintf(out, cap, "%.*s", (int)(n - b), dir + b);
+}
+
+static dsq_status write_gguf_kvs(dsq_gguf_writer *w, const dsq_arch *a, const char *in_dir, dsq_type ftype,
+                                 const plan *p)
+{
+    char name[256];
+    model_name_of(in_dir, name, sizeof name);
+    /* general.architecture first, as every GGUF writer orders it. */
+    DSQ_TRY(dsq_gguf_set_str(w, "general.architecture", dsq_arch_gguf_name(a)));
+    DSQ_TRY(dsq_gguf_set_str(w, "general.type", "model"));
+    DSQ_TRY(dsq_gguf_set_str(w, "general.name", name));
+    DSQ_TRY(dsq_arch_to_gguf(a, w));
+    DSQ_TRY(dsq_gguf_set_u32(w, "general.file_type", file_type_of(ftype)));
+    DSQ_TRY(dsq_tokenizer_hf_to_gguf(in_dir, w));
+    for (size_t i = 0; i < p->n; i++) {
+        if (dsq_type_get((int)p->items[i].type)->quantized) {
+            DSQ_TRY(dsq_gguf_set_u32(w, "general.quantization_version", 2));
+            break;
+        }
+    }
+    return DSQ_OK;
+}
+
+static dsq_status hf_to_gguf_run(const char *in_dir, const char *out_path, dsq_convert_dtype dtype, bool overwrite,
+                                 dsq_checkpoint *c, plan *p, dsq_gguf_writer **wp)
+{
+    const dsq_arch *a = &c->arch;
+    dsq_type ftype = dtype == DSQ_CONVERT_AUTO ? hf_auto_type(c->st) : dtype_to_type(dtype);
+    DSQ_LOGI("%s -> %s (%s, %s)", in_dir, out_path, a->hf_architecture, dsq_type_name(ftype));
+    DSQ_TRY(plan_hf_to_gguf(a, c->st, ftype, p));
+    DSQ_TRY(dsq_gguf_writer_new(wp));
+    dsq_gguf_writer *w = *wp;
+    DSQ_TRY(write_gguf_kvs(w, a, in_dir, ftype, p));
+    for (size_t i = 0; i < p->n; i++) {
+        const plan_item *it = &p->items[i];
+        DSQ_TRY(dsq_gguf_add_tensor(w, it->name, it->type, it->n_dims, it->shape));
+    }
+    DSQ_TRY(dsq_gguf_writer_begin(w, out_path, overwrite));
+    streamer s;
+    DSQ_TRY(streamer_init(&s, a, true, sink_gguf, w));
+    dsq_status st = stream_all(&s, p, c->st, view_st);
+    streamer_free(&s);
+    DSQ_TRY(st);
+    return dsq_gguf_writer_finish(w);
+}
+
+/* A folder must hold config.json; said plainly before anything else. */
+static dsq_status check_hf_dir(const char *in_dir)
+{
+    if (!dsq_is_dir(in_dir)) return dsq_fail(DSQ_ERR_ARG, "%s: not a folder (a Hugging Face checkpoint is a folder)", in_dir);
+    char cfg[4096];
+    DSQ_TRY(dsq_path_join(cfg, sizeof cfg, in_dir, "config.json"));
+    if (!dsq_exists(cfg)) return dsq_fail(DSQ_ERR_NOT_FOUND, "%s: not found (a Hugging Face checkpoint needs it)", cfg);
+    return DSQ_OK;
+}
+
+dsq_status dsq_convert_hf_to_gguf(const char *in_dir, const char *out_path, dsq_convert_dtype dtype, bool overwrite)
+{
+    DSQ_TRY(check_hf_dir(in_dir));
+    if (dsq_is_dir(out_path)) return dsq_fail(DSQ_ERR_EXISTS, "%s: is a folder (the GGUF output is a file)", out_path);
+    if (!overwrite && dsq_exists(out_path))
+        return dsq_fail(DSQ_ERR_EXISTS, "%s: already exists (use --force to replace it)", out_path);
+    dsq_checkpoint *c = NULL;
+    DSQ_TRY(dsq_checkpoint_open(in_dir, &c));
+    plan p = {0};
+    dsq_gguf_writer *w = NULL;
+    dsq_status st = dsq_checkpoint_require_arch(c);
+    if (st == DSQ_OK) st = hf_to_gguf_run(in_dir, out_path, dtype, overwrite, c, &p, &w);
+    if (w) dsq_gguf_writer_free(w); /* after a failure this removes the temporary */
+    plan_free(&p);
+    dsq_checkpoint_close(c);
+    return st;
+}
+
+/* ---------------------------------------------------------------- GGUF -> HF */
+
+static bool can_read_type(dsq_type t)
+{
+    const dsq_type_info *ti = dsq_type_get((int)t);
+    if (!ti) return false;
+    if (ti->is_float) return true;
+    const dsq_qtype *q = dsq_qtype_get(t);
+    return ti->quantized && q && q->dequantize_row;
+}
+
+/* auto: F32 when anything is quantized, else the type all 2-D tensors share. */
+static dsq_type gguf_auto_type(const dsq_gguf *g)
+{
+    dsq_type common = DSQ_TYPE_COUNT;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const dsq_gguf_tensor_info *ti = &g->tensors[i];
+        const dsq_type_info *info = dsq_type_get((int)ti->type);
+        if (!info || info->quantized) return DSQ_TYPE_F32;
+        if (ti->n_dims < 2) continue;
+        if (common == DSQ_TYPE_COUNT) common = ti->type;
+        else if (common != ti->type) return DSQ_TYPE_F32;
+    }
+    if (common == DSQ_TYPE_F16 || common == DSQ_TYPE_BF16) return common;
+    return DSQ_TYPE_F32;
+}
+
+static dsq_status plan_gguf_to_hf(const dsq_arch *a, const dsq_gguf *g, dsq_type out_type, plan *p)
+{
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        dsq_tensor t;
+        DSQ_TRY(dsq_gguf_tensor(g, i, &t));
+        /* Generated from config.json's rope_scaling on the way in. */
+        if (!strcmp(t.name, "rope_freqs.weight")) continue;
+        if (!can_read_type(t.type))
+            return dsq_fail(DSQ_ERR_UNSUPPORTED, "tensor %s: type %s cannot be dequantized yet", t.name,
+                            dsq_type_name(t.type));
+        plan_item *it = NULL;
+        DSQ_TRY(plan_push(p, &it));
+        it->src = i;
+        DSQ_TRY(dsq_name_gguf_to_hf(a, t.name, it->name, sizeof it->name, &it->perm));
+        it->type = out_type;
+        DSQ_TRY(plan_finish_item(it, &t));
+    }
+    if (p->n == 0) return dsq_fail(DSQ_ERR_FORMAT, "%s: no tensors to convert", g->path);
+    return DSQ_OK;
+}
+
+static dsq_status write_text_file(const dsq_outdir *d, const char *name, const char *text)
+{
+    char path[4096];
+    DSQ_TRY(dsq_outdir_file(d, name, path, sizeof path));
+    dsq_outfile *f;
+    DSQ_TRY(dsq_outfile_open(path, false, &f));
+    dsq_status st = dsq_outfile_write(f, text, strlen(text));
+    if (st == DSQ_OK) st = dsq_outfile_write(f, "\n", 1);
+    if (st != DSQ_OK) {
+        dsq_outfile_abort(f);
+        return st;
+    }
+    return dsq_outfile_commit(f);
+}
+
+static const char *torch_dtype_of(dsq_type t)
+{
+    return t == DSQ_TYPE_F16 ? "float16" : t == DSQ_TYPE_BF16 ? "bfloat16" : "float32";
+}
+
+static int64_t token_id(const dsq_gguf *g, const char *key, int64_t fallback)
+{
+    uint32_t v;
+    if (dsq_gguf_get(g, key) && dsq_gguf_get_u32(g, key, &v) == DSQ_OK) return v;
+    dsq_clear_error();
+    return fallback;
+}
+
+static dsq_status write_generation_config(const dsq_outdir *d, const dsq_gguf *g, const dsq_arch *a)
+{
+    int64_t bos = token_id(g, "tokenizer.ggml.bos_token_id", a->bos_token_id);
+    int64_t eos = token_id(g, "tokenizer.ggml.eos_token_id", a->eos_token_id);
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return dsq_fail(DSQ_ERR_NOMEM, "out of memory for generation_config.json");
+    if (bos >= 0) cJSON_AddNumberToObject(o, "bos_token_id", (double)bos);
+    if (eos >= 0) cJSON_AddNumberToObject(o, "eos_token_id", (double)eos);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (!text) return dsq_fail(DSQ_ERR_NOMEM, "out of memory for generation_config.json");
+    dsq_status st = write_text_file(d, "generation_config.json", text);
+    free(text);
+    return st;
+}
+
+static dsq_status write_hf_side_files(const dsq_outdir *d, const dsq_gguf *g, dsq_arch *a, dsq_type out_type)
+{
+    snprintf(a->torch_dtype, sizeof a->torch_dtype, "%s", torch_dtype_of(out_type));
+    /* A GGUF without output.weight ties the head to the embeddings. */
+    if (dsq_gguf_find_tensor(g, "output.weight") < 0) a->tie_word_embeddings = true;
+    char *json = NULL;
+    DSQ_TRY(dsq_arch_to_hf_json(a, &json));
+    dsq_status st = write_text_file(d, "config.json", json);
+    free(json);
+    DSQ_TRY(st);
+    DSQ_TRY(write_generation_config(d, g, a));
+    if (!dsq_gguf_get(g, "tokenizer.ggml.model")) {
+        DSQ_LOGW("%s: no tokenizer in the GGUF; writing weights and config only", g->path);
+        return DSQ_OK;
+    }
+    return dsq_tokenizer_gguf_to_hf(g, dsq_outdir_tmp_path(d));
+}
+
+static dsq_status gguf_to_hf_weights(const dsq_outdir *d, const dsq_gguf *g, const dsq_arch *a, const plan *p,
+                                     uint64_t max_shard)
+{
+    dsq_st_writer *w = NULL;
+    DSQ_TRY(dsq_st_writer_new(dsq_outdir_tmp_path(d), "model", max_shard, &w));
+    /* transformers' save_pretrained writes this; its loader checks it. */
+    dsq_status st = dsq_st_writer_set_meta(w, "format", "pt");
+    for (size_t i = 0; st == DSQ_OK && i < p->n; i++)
+        st = dsq_st_writer_add(w, p->items[i].name, p->items[i].type, p->items[i].n_dims, p->items[i].shape);
+    if (st == DSQ_OK) st = dsq_st_writer_begin(w);
+    if (st == DSQ_OK) {
+        streamer s;
+        st = streamer_init(&s, a, false, sink_st, w);
+        if (st == DSQ_OK) {
+            st = stream_all(&s, p, g, view_gguf);
+            streamer_free(&s);
+        }
+    }
+    if (st == DSQ_OK) st = dsq_st_writer_finish(w);
+    dsq_st_writer_free(w);
+    return st;
+}
+
+static dsq_status gguf_to_hf_run(dsq_checkpoint *c, const char *out_dir, dsq_convert_dtype dtype, bool overwrite,
+                                 uint64_t max_shard, plan *p, dsq_outdir **dp)
+{
+    DSQ_TRY(dsq_checkpoint_require_arch(c));
+    dsq_type out_type = dtype == DSQ_CONVERT_AUTO ? gguf_auto_type(c->gguf) : dtype_to_type(dtype);
+    DSQ_LOGI("%s -> %s (%s, %s)", c->path, out_dir, c->arch.hf_architecture, dsq_type_name(out_type));
+    DSQ_TRY(plan_gguf_to_hf(&c->arch, c->gguf, out_type, p));
+    DSQ_TRY(dsq_outdir_open(out_dir, overwrite, dp));
+    DSQ_TRY(write_hf_side_files(*dp, c->gguf, &c->arch, out_type));
+    DSQ_TRY(gguf_to_hf_weights(*dp, c->gguf, &c->arch, p, max_shard));
+    dsq_status st = dsq_outdir_commit(*dp);
+    *dp = NULL; /* commit frees it, whatever the outcome */
+    return st;
+}
+
+dsq_status dsq_convert_gguf_to_hf(const char *in_gguf, const char *out_dir, dsq_convert_dtype dtype, bool overwrite,
+                                  uint64_t max_shard_bytes)
+{
+    if (max_shard_bytes == 0) max_shard_bytes = DSQ_CONVERT_DEFAULT_SHARD_BYTES;
+    if (dsq_is_dir(in_gguf)) return dsq_fail(DSQ_ERR_ARG, "%s: is a folder, not a GGUF file", in_gguf);
+    if (!overwrite && dsq_exists(out_dir))
+        return dsq_fail(DSQ_ERR_EXISTS, "%s: already exists (use --force to replace it)", out_dir);
+    dsq_checkpoint *c = NULL;
+    DSQ_TRY(dsq_checkpoint_open(in_gguf, &c));
+    dsq_status st;
+    plan p = {0};
+    dsq_outdir *d = NULL;
+    if (c->kind != DSQ_CKPT_GGUF)
+        st = dsq_fail(DSQ_ERR_FORMAT, "%s: not a GGUF file (bad magic)", in_gguf);
+    else
+        st = gguf_to_hf_run(c, out_dir, dtype, overwrite, max_shard_bytes, &p, &d);
+    if (d) dsq_outdir_abort(d);
+    plan_free(&p);
+    dsq_checkpoint_close(c);
+    return st;
+}
+
+dsq_status dsq_convert(const char *in, const char *out, dsq_convert_dtype dtype, bool overwrite,
+                       uint64_t max_shard_bytes)
+{
+    if (dsq_is_dir(in)) return dsq_convert_hf_to_gguf(in, out, dtype, overwrite);
+    if (!dsq_exists(in)) return dsq_fail(DSQ_ERR_NOT_FOUND, "%s: no such file or folder", in);
+    FILE *f = fopen(in, "rb");
+    if (!f) return dsq_fail_errno(DSQ_ERR_IO, "%s", in);
+    uint8_t b[4] = {0};
+    size_t n = fread(b, 1, 4, f);
+    fclose(f);
+    uint32_t magic = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    if (n == 4 && magic == DSQ_GGUF_MAGIC) return dsq_convert_gguf_to_hf(in, out, dtype, overwrite, max_shard_bytes);
+    return dsq_fail(DSQ_ERR_ARG,
+                    "%s: not a GGUF file; to convert safetensors give the folder that holds them with config.json",
+                    in);
+}

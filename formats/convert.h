@@ -1,0 +1,57 @@
+/* Lossless conversion between a Hugging Face checkpoint (config.json +
+ * safetensors + tokenizer files) and a GGUF file, both ways, streamed tensor
+ * by tensor: peak memory is about the largest Q/K projection (the only
+ * tensors that must be whole to permute their rows) plus a few MB of chunks.
+ *
+ * HF -> GGUF follows llama.cpp's convert_hf_to_gguf.py: names mapped, Llama
+ * Q/K rows permuted, 1-D tensors, norms and non-".weight" tensors in F32, the
+ * other tensors in the requested type; lm_head dropped when the embeddings
+ * are tied; rope_freqs.weight added for llama3 rope scaling.
+ * GGUF -> HF inverts it: names and permutation reversed, quantized tensors
+ * dequantized, config.json / generation_config.json / tokenizer files written,
+ * safetensors sharded like transformers' save_pretrained.
+ *
+ * NaN/Inf values are carried over unchanged with a warning naming the tensor:
+ * conversion does not judge weights (the quantizers refuse them). */
+#ifndef DSQ_FORMATS_CONVERT_H
+#define DSQ_FORMATS_CONVERT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/status.h"
+
+typedef enum dsq_convert_dtype {
+    /* HF -> GGUF: like convert_hf_to_gguf.py --outtype auto, f16 when the
+     * first source tensor is F16, else bf16.
+     * GGUF -> HF: f32 when any tensor is quantized, else the float type the
+     * 2-D tensors share (f32 when they differ). */
+    DSQ_CONVERT_AUTO = 0,
+    DSQ_CONVERT_F32,
+    DSQ_CONVERT_F16,
+    DSQ_CONVERT_BF16,
+} dsq_convert_dtype;
+
+/* transformers' save_pretrained default max_shard_size "5GB" (decimal). */
+#define DSQ_CONVERT_DEFAULT_SHARD_BYTES 5000000000ull
+
+/* "auto", "f32", "f16", "bf16" (case-insensitive). */
+dsq_status dsq_convert_dtype_parse(const char *s, dsq_convert_dtype *out);
+const char *dsq_convert_dtype_name(dsq_convert_dtype d);
+
+/* in_dir: a folder with config.json and model.safetensors or a sharded index.
+ * out_path is written atomically; an existing file is refused unless overwrite. */
+dsq_status dsq_convert_hf_to_gguf(const char *in_dir, const char *out_path, dsq_convert_dtype dtype, bool overwrite);
+
+/* out_dir is built in a temporary folder and renamed into place at the end;
+ * an existing folder is refused unless overwrite (then replaced only once the
+ * new one is complete). max_shard_bytes 0 means the default. */
+dsq_status dsq_convert_gguf_to_hf(const char *in_gguf, const char *out_dir, dsq_convert_dtype dtype, bool overwrite,
+                                  uint64_t max_shard_bytes);
+
+/* Picks the direction from what `in` is: a GGUF file -> HF folder, a folder
+ * -> GGUF file. A lone .safetensors file (no config) is refused. */
+dsq_status dsq_convert(const char *in, const char *out, dsq_convert_dtype dtype, bool overwrite,
+                       uint64_t max_shard_bytes);
+
+#endif
