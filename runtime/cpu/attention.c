@@ -1,0 +1,129 @@
+/* Causal grouped-query attention over an F32 KV cache. Two ways to the same
+ * numbers: one query row at a time with dot products (decode), and blocks of
+ * query rows with the GEMM kernel (prefill: scores = Q K^T, then P V), the
+ * masked softmax between the two products done row by row. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cpu/cpu.h"
+#include "runtime/cpu/gemm.h"
+#include "runtime/cpu/ops.h"
+#include "runtime/cpu/vec.h"
+
+#define QBLOCK 32         /* query rows per GEMM work item */
+#define BLOCKED_MIN_ROWS 8 /* fewer queries: the row-by-row path */
+
+static dsq_status check_shape(const dsq_attn_shape *s, int n, int pos0)
+{
+    if (s->n_heads <= 0 || s->n_kv_heads <= 0 || s->head_dim <= 0 || s->n_heads % s->n_kv_heads || n < 0 || pos0 < 0 ||
+        s->window < 0)
+        return dsq_fail(DSQ_ERR_ARG, "attention: bad shape (%d heads, %d kv heads, head_dim %d, %d rows at %d)",
+                        s->n_heads, s->n_kv_heads, s->head_dim, n, pos0);
+    return DSQ_OK;
+}
+
+/* First key position query position p may see. */
+static int first_key(const dsq_attn_shape *s, int p)
+{
+    return s->window > 0 && p - s->window + 1 > 0 ? p - s->window + 1 : 0;
+}
+
+/* In place: p[j] for j in [lo, hi] becomes softmax over that range; the sum of
+ * exponentials goes out so the caller can normalise once. */
+static float exp_shift(float *p, int lo, int hi)
+{
+    float mx = -INFINITY;
+    for (int j = lo; j <= hi; j++) mx = p[j] > mx ? p[j] : mx;
+    float sum = 0;
+    for (int j = lo; j <= hi; j++) {
+        p[j] = expf(p[j] - mx);
+        sum += p[j];
+    }
+    return sum;
+}
+
+dsq_status dsq_cpu_attention_rows(const dsq_attn_shape *s, const float *q, const float *kc, const float *vc,
+                                  float *out, int n, int pos0)
+{
+    DSQ_TRY(check_shape(s, n, pos0));
+    int hd = s->head_dim, group = s->n_heads / s->n_kv_heads, L = pos0 + n;
+    int64_t qs = (int64_t)s->n_heads * hd, ks = (int64_t)s->n_kv_heads * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+    int threads = dsq_cpu_threads();
+    float *scores = malloc((size_t)threads * (size_t)(L > 0 ? L : 1) * sizeof(float));
+    if (!scores) return dsq_fail(DSQ_ERR_NOMEM, "attention: out of memory for %d scores", L);
+    int64_t items = (int64_t)n * s->n_heads;
+#pragma omp parallel for schedule(dynamic, 4) num_threads(threads)
+    for (int64_t it = 0; it < items; it++) {
+        int i = (int)(it / s->n_heads), h = (int)(it % s->n_heads), g = h / group, p = pos0 + i;
+        int lo = first_key(s, p);
+        float *sc = scores + (size_t)omp_get_thread_num() * (size_t)L;
+        const float *qi = q + i * qs + (int64_t)h * hd;
+        for (int j = lo; j <= p; j++) sc[j] = dsq_vec_dot_f32(hd, qi, kc + j * ks + (int64_t)g * hd) * scale;
+        float inv = 1.0f / exp_shift(sc, lo, p);
+        float *o = out + i * qs + (int64_t)h * hd;
+        memset(o, 0, (size_t)hd * sizeof(float));
+        for (int j = lo; j <= p; j++) dsq_vec_axpy(hd, sc[j] * inv, vc + j * ks + (int64_t)g * hd, o);
+    }
+    free(scores);
+    return DSQ_OK;
+}
+
+/* One block of query rows [i0, i0 + nb) of head h: S = Q K^T over the keys any
+ * of them may see, masked softmax per row, O = P V. */
+static void attend_block(const dsq_attn_shape *s, const float *q, const float *kc, const float *vc, float *out,
+                         int pos0, int h, int i0, int nb, float *S, float *gs)
+{
+    int hd = s->head_dim, g = h / (s->n_heads / s->n_kv_heads);
+    int64_t qs = (int64_t)s->n_heads * hd, ks = (int64_t)s->n_kv_heads * hd;
+    int lo = first_key(s, pos0 + i0), hi = pos0 + i0 + nb; /* keys [lo, hi) */
+    int Lk = hi - lo;
+    float scale = 1.0f / sqrtf((float)hd);
+    dsq_gemm_f32(DSQ_GEMM_BT, nb, Lk, hd, q + i0 * qs + (int64_t)h * hd, qs, kc + lo * ks + (int64_t)g * hd, ks, S, Lk,
+                 false, gs);
+    for (int r = 0; r < nb; r++) {
+        float *row = S + (int64_t)r * Lk;
+        int p = pos0 + i0 + r, a = first_key(s, p) - lo, b = p - lo; /* visible: [a, b] */
+        for (int j = a; j <= b; j++) row[j] *= scale;
+        float inv = 1.0f / exp_shift(row, a, b);
+        for (int j = 0; j < a; j++) row[j] = 0;
+        for (int j = a; j <= b; j++) row[j] *= inv;
+        for (int j = b + 1; j < Lk; j++) row[j] = 0;
+    }
+    dsq_gemm_f32(DSQ_GEMM_BN, nb, hd, Lk, S, Lk, vc + lo * ks + (int64_t)g * hd, ks, out + i0 * qs + (int64_t)h * hd,
+                 qs, false, gs);
+}
+
+dsq_status dsq_cpu_attention_blocked(const dsq_attn_shape *s, const float *q, const float *kc, const float *vc,
+                                     float *out, int n, int pos0)
+{
+    DSQ_TRY(check_shape(s, n, pos0));
+    if (n == 0) return DSQ_OK;
+    int hd = s->head_dim, L = pos0 + n, nblocks = (n + QBLOCK - 1) / QBLOCK;
+    size_t gsz = dsq_gemm_scratch_floats(L, hd), g2 = dsq_gemm_scratch_floats(hd, L);
+    if (g2 > gsz) gsz = g2;
+    size_t per = ((size_t)QBLOCK * (size_t)L + gsz + 15) & ~(size_t)15;
+    int threads = dsq_cpu_threads();
+    float *scratch = dsq_gemm_scratch_alloc(per * (size_t)threads);
+    if (!scratch) return dsq_fail(DSQ_ERR_NOMEM, "attention: out of memory for %d x %d scores", QBLOCK, L);
+    int64_t items = (int64_t)nblocks * s->n_heads;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (int64_t it = 0; it < items; it++) {
+        /* Late blocks see more keys: hand them out first. */
+        int b = nblocks - 1 - (int)(it / s->n_heads), h = (int)(it % s->n_heads);
+        int i0 = b * QBLOCK, nb = n - i0 < QBLOCK ? n - i0 : QBLOCK;
+        float *S = scratch + per * (size_t)omp_get_thread_num();
+        attend_block(s, q, kc, vc, out, pos0, h, i0, nb, S, S + (size_t)QBLOCK * (size_t)L);
+    }
+    free(scratch);
+    return DSQ_OK;
+}
+
+dsq_status dsq_cpu_attention(const dsq_attn_shape *s, const float *q, const float *kc, const float *vc, float *out,
+                             int n, int pos0)
+{
+    if (n < BLOCKED_MIN_ROWS) return dsq_cpu_attention_rows(s, q, kc, vc, out, n, pos0);
+    return dsq_cpu_attention_blocked(s, q, kc, vc, out, n, pos0);
+}

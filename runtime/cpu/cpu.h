@@ -1,0 +1,27 @@
+/* Settings shared by the CPU backend's kernels: which instruction set the
+ * kernels use (chosen at run time; tests force the scalar reference to
+ * compare it with the SIMD one) and how many OpenMP threads they start. */
+#ifndef DSQ_RUNTIME_CPU_CPU_H
+#define DSQ_RUNTIME_CPU_CPU_H
+
+#include <stdbool.h>
+
+typedef enum dsq_cpu_isa {
+    DSQ_CPU_ISA_AUTO = 0, /* AVX2+FMA when the CPU has it, else scalar */
+    DSQ_CPU_ISA_SCALAR,
+    DSQ_CPU_ISA_AVX2, /* falls back to scalar on a CPU without AVX2+FMA */
+} dsq_cpu_isa;
+
+/* Process-wide; call while no kernel runs. */
+void dsq_cpu_set_isa(dsq_cpu_isa isa);
+/* True when the kernels should take their AVX2+FMA(+F16C) paths now. */
+bool dsq_cpu_use_avx2(void);
+/* True when the CPU could run them (whatever was forced). */
+bool dsq_cpu_has_avx2(void);
+
+/* Threads for every parallel kernel; n <= 0 restores the default
+ * (omp_get_max_threads(), i.e. OMP_NUM_THREADS or the CPU count). */
+void dsq_cpu_set_threads(int n);
+int dsq_cpu_threads(void);
+
+#endif

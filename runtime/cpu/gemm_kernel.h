@@ -1,0 +1,15 @@
+/* The 6x16 micro-kernels behind dsq_gemm_f32 (internal to runtime/cpu):
+ * C[6 x 16] (+)= A[6 x kc] (rows lda apart) * Bp, where Bp is a packed panel
+ * of kc rows of 16 floats (32-byte aligned). */
+#ifndef DSQ_RUNTIME_CPU_GEMM_KERNEL_H
+#define DSQ_RUNTIME_CPU_GEMM_KERNEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+void dsq_gemm_kernel_scalar(int64_t kc, const float *A, int64_t lda, const float *Bp, float *C, int64_t ldc,
+                            bool accumulate);
+void dsq_gemm_kernel_avx2(int64_t kc, const float *A, int64_t lda, const float *Bp, float *C, int64_t ldc,
+                          bool accumulate);
+
+#endif

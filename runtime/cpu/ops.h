@@ -1,0 +1,78 @@
+/* The CPU backend's op set. The model code (runtime/forward.c) is written
+ * against these ops only, so that a CUDA backend can provide the same set.
+ * Activations are F32, row-major, one row per token. Parallel ops use
+ * dsq_cpu_threads() OpenMP threads. */
+#ifndef DSQ_RUNTIME_CPU_OPS_H
+#define DSQ_RUNTIME_CPU_OPS_H
+
+#include <stdint.h>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "formats/hf_config.h"
+#include "runtime/linear.h"
+
+/* ---- RoPE ----
+ * NORM: rotates interleaved pairs (x[2i], x[2i+1]) (ggml's ROPE NORM; the
+ *       Q/K rows of GGUF "llama" tensors are permuted for it by the converter).
+ * NEOX: rotates (x[i], x[i + d/2]) (HF rotate_half; GGUF "qwen2").
+ * Both use theta_i = pos * inv_freq[i], inv_freq[i] = base^(-2i/d), adjusted
+ * by the scaling: linear (/factor), llama3 (per-frequency factors as in
+ * rope_freqs.weight) or yarn (ramp between interpolation and extrapolation,
+ * cos/sin times the attention factor), after transformers'
+ * modeling_rope_utils and llama.cpp's ggml_rope_yarn. */
+typedef enum dsq_rope_layout {
+    DSQ_ROPE_NORM = 0,
+    DSQ_ROPE_NEOX = 1,
+} dsq_rope_layout;
+
+typedef struct dsq_rope {
+    dsq_rope_layout layout;
+    int head_dim;
+    float *inv_freq; /* head_dim / 2 */
+    float mscale;    /* multiplies cos and sin (yarn), else 1 */
+} dsq_rope;
+
+/* freq_factors: head_dim/2 divisors of the frequencies (GGUF rope_freqs.weight)
+ * or NULL to derive them from the architecture (llama3 scaling). */
+dsq_status dsq_rope_init(dsq_rope *r, const dsq_arch *a, dsq_rope_layout layout, const float *freq_factors);
+void dsq_rope_free(dsq_rope *r);
+
+/* Rotates n_heads heads of head_dim in each of n_tok rows of x (row_stride
+ * floats apart); token t is at position pos0 + t. */
+void dsq_cpu_rope(const dsq_rope *r, float *x, int n_tok, int n_heads, int64_t row_stride, int pos0);
+
+/* ---- element-wise and per-row ops ---- */
+
+/* y = x / sqrt(mean(x^2) + eps) * w, per row of dim (y may be x). */
+void dsq_cpu_rmsnorm(const float *x, const float *w, float *y, int n_tok, int64_t dim, float eps);
+/* out = silu(gate) * up (out may alias either). */
+void dsq_cpu_swiglu(const float *gate, const float *up, float *out, size_t n);
+/* y += x */
+void dsq_cpu_add(float *y, const float *x, size_t n);
+/* out[t] = row tokens[t] of E (any storage type, dequantized). */
+dsq_status dsq_cpu_embed(const dsq_tensor *E, const int32_t *tokens, int n_tok, float *out);
+/* y = x W^T + b (runtime/linear.h). */
+dsq_status dsq_cpu_matmul(const dsq_linear *W, const float *x, float *y, int n_tok);
+
+/* ---- attention ----
+ * Causal softmax(q k^T / sqrt(head_dim)) v for n queries at positions
+ * pos0 .. pos0+n-1 over cache positions [0, pos0 + n) (only the last `window`
+ * positions when window > 0, Mistral's sliding window). Grouped-query: query
+ * head h reads kv head h / (n_heads / n_kv_heads).
+ * q, out: [n x n_heads*head_dim]; kc, vc: [pos0+n x n_kv_heads*head_dim]. */
+typedef struct dsq_attn_shape {
+    int n_heads, n_kv_heads, head_dim;
+    int window; /* 0: none */
+} dsq_attn_shape;
+
+dsq_status dsq_cpu_attention(const dsq_attn_shape *s, const float *q, const float *kc, const float *vc, float *out,
+                             int n, int pos0);
+/* The two implementations (the op picks by n): one query at a time with dot
+ * products, and blocks of queries with the GEMM kernel. */
+dsq_status dsq_cpu_attention_rows(const dsq_attn_shape *s, const float *q, const float *kc, const float *vc,
+                                  float *out, int n, int pos0);
+dsq_status dsq_cpu_attention_blocked(const dsq_attn_shape *s, const float *q, const float *kc, const float *vc,
+                                     float *out, int n, int pos0);
+
+#endif

@@ -1,0 +1,44 @@
+#include "runtime/cpu/vec.h"
+
+#include "core/dtype.h"
+#include "runtime/cpu/cpu.h"
+
+/* The scalar references sum in double: they are the yardstick the SIMD
+ * versions (float partial sums) are tested against. */
+float dsq_vec_dot_f32(int64_t n, const float *a, const float *b)
+{
+    if (dsq_cpu_use_avx2()) return dsq_vec_dot_f32_avx2(n, a, b);
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return (float)s;
+}
+
+float dsq_vec_dot_f16_f32(int64_t n, const uint16_t *a, const float *b)
+{
+    if (dsq_cpu_use_avx2()) return dsq_vec_dot_f16_f32_avx2(n, a, b);
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)dsq_f16_to_f32(a[i]) * b[i];
+    return (float)s;
+}
+
+float dsq_vec_dot_bf16_f32(int64_t n, const uint16_t *a, const float *b)
+{
+    if (dsq_cpu_use_avx2()) return dsq_vec_dot_bf16_f32_avx2(n, a, b);
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)dsq_bf16_to_f32(a[i]) * b[i];
+    return (float)s;
+}
+
+void dsq_vec_axpy(int64_t n, float a, const float *x, float *y)
+{
+    if (dsq_cpu_use_avx2()) {
+        dsq_vec_axpy_avx2(n, a, x, y);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+void dsq_vec_scale(int64_t n, float a, float *y)
+{
+    for (int64_t i = 0; i < n; i++) y[i] *= a;
+}

@@ -1,0 +1,71 @@
+/* AVX2/FMA/F16C versions of runtime/cpu/vec.h; only called when
+ * dsq_cpu_use_avx2() holds. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#include "runtime/cpu/vec.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+
+#include <immintrin.h>
+
+#include "core/dtype.h"
+
+static inline float hsum(__m256 v)
+{
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+static inline __m256 load_f16(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+static inline __m256 load_bf16(const uint16_t *p)
+{
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+/* Two accumulators hide the FMA latency on the short rows of attention. */
+#define DOT_BODY(LOAD_A, TAIL_A)                                                                   \
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();                                     \
+    int64_t i = 0;                                                                                 \
+    for (; i + 16 <= n; i += 16) {                                                                 \
+        s0 = _mm256_fmadd_ps(LOAD_A(a + i), _mm256_loadu_ps(b + i), s0);                           \
+        s1 = _mm256_fmadd_ps(LOAD_A(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);                   \
+    }                                                                                              \
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(LOAD_A(a + i), _mm256_loadu_ps(b + i), s0);    \
+    float s = hsum(_mm256_add_ps(s0, s1));                                                         \
+    for (; i < n; i++) s += TAIL_A(a[i]) * b[i];                                                   \
+    return s;
+
+#define ID(x) (x)
+
+float dsq_vec_dot_f32_avx2(int64_t n, const float *a, const float *b) { DOT_BODY(_mm256_loadu_ps, ID) }
+
+float dsq_vec_dot_f16_f32_avx2(int64_t n, const uint16_t *a, const float *b) { DOT_BODY(load_f16, dsq_f16_to_f32) }
+
+float dsq_vec_dot_bf16_f32_avx2(int64_t n, const uint16_t *a, const float *b) { DOT_BODY(load_bf16, dsq_bf16_to_f32) }
+
+void dsq_vec_axpy_avx2(int64_t n, float a, const float *x, float *y)
+{
+    __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+#else
+
+/* Never called without AVX2 (dsq_cpu_use_avx2() is false there). */
+float dsq_vec_dot_f32_avx2(int64_t n, const float *a, const float *b) { return 0.0f; }
+float dsq_vec_dot_f16_f32_avx2(int64_t n, const uint16_t *a, const float *b) { return 0.0f; }
+float dsq_vec_dot_bf16_f32_avx2(int64_t n, const uint16_t *a, const float *b) { return 0.0f; }
+void dsq_vec_axpy_avx2(int64_t n, float a, const float *x, float *y) {}
+
+#endif

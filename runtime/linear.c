@@ -1,0 +1,252 @@
+#include "runtime/linear.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quantizers/qtypes.h"
+#include "runtime/cpu/cpu.h"
+#include "runtime/cpu/gemm.h"
+#include "runtime/cpu/vec.h"
+
+const char *dsq_linear_kind_name(dsq_linear_kind k)
+{
+    switch (k) {
+    case DSQ_LINEAR_DENSE: return "dense";
+    case DSQ_LINEAR_GGML: return "ggml";
+    }
+    return "?";
+}
+
+static const uint8_t *row_ptr(const dsq_linear *W, int64_t r)
+{
+    return (const uint8_t *)W->data + (size_t)r * W->row_bytes;
+}
+
+/* ---- dense F32 / F16 / BF16 ---- */
+
+static void dense_rows_f32(const dsq_linear *W, int64_t r0, int64_t nr, float *dst)
+{
+    for (int64_t r = 0; r < nr; r++)
+        (void)dsq_to_f32_row(W->type, row_ptr(W, r0 + r), dst + r * W->in, (size_t)W->in); /* type checked at init */
+}
+
+static size_t dense_act_bytes(const dsq_linear *W) { return 0; }
+
+static void dense_dot_rows(const dsq_linear *W, const float *x, const void *act, int64_t r0, int64_t r1, float *y)
+{
+    for (int64_t r = r0; r < r1; r++) {
+        const void *w = row_ptr(W, r);
+        switch (W->type) {
+        case DSQ_TYPE_F16: y[r - r0] = dsq_vec_dot_f16_f32(W->in, w, x); break;
+        case DSQ_TYPE_BF16: y[r - r0] = dsq_vec_dot_bf16_f32(W->in, w, x); break;
+        default: y[r - r0] = dsq_vec_dot_f32(W->in, w, x); break;
+        }
+    }
+}
+
+static const dsq_linear_vtable g_dense = {"dense", dense_rows_f32, dense_act_bytes, NULL, dense_dot_rows, NULL};
+
+/* ---- GGUF block types through the quant-type table ---- */
+
+static void ggml_rows_f32(const dsq_linear *W, int64_t r0, int64_t nr, float *dst)
+{
+    const dsq_qtype *q = dsq_qtype_get(W->type);
+    for (int64_t r = 0; r < nr; r++) q->dequantize_row(row_ptr(W, r0 + r), dst + r * W->in, W->in);
+}
+
+static size_t ggml_act_bytes(const dsq_linear *W)
+{
+    const dsq_qtype *q = dsq_qtype_get(W->type);
+    uint64_t n = 0;
+    if (dsq_type_nbytes(q->vec_dot_type, (uint64_t)W->in, &n) != DSQ_OK) return 0;
+    return (size_t)n;
+}
+
+static void ggml_act_prepare(const dsq_linear *W, const float *x, void *act)
+{
+    const dsq_qtype *a = dsq_qtype_get(dsq_qtype_get(W->type)->vec_dot_type);
+    a->quantize_row(x, act, W->in, NULL);
+}
+
+static void ggml_dot_rows(const dsq_linear *W, const float *x, const void *act, int64_t r0, int64_t r1, float *y)
+{
+    dsq_vec_dot_fn dot = dsq_qtype_get(W->type)->vec_dot;
+    for (int64_t r = r0; r < r1; r++) dot(W->in, &y[r - r0], row_ptr(W, r), act);
+}
+
+static const dsq_linear_vtable g_ggml = {"ggml", ggml_rows_f32, ggml_act_bytes, ggml_act_prepare, ggml_dot_rows,
+                                         NULL};
+/* A block type we can read but not dot (no vec_dot, or its activation type
+ * cannot be produced): batched path only. */
+static const dsq_linear_vtable g_ggml_nodot = {"ggml", ggml_rows_f32, NULL, NULL, NULL, NULL};
+
+static bool ggml_can_dot(const dsq_qtype *q)
+{
+    if (!q->vec_dot) return false;
+    const dsq_qtype *a = dsq_qtype_get(q->vec_dot_type);
+    return a && a->quantize_row;
+}
+
+/* ---- construction ---- */
+
+dsq_status dsq_linear_init(dsq_linear *W, dsq_type t, const void *data, int64_t out, int64_t in)
+{
+    memset(W, 0, sizeof *W);
+    const dsq_type_info *ti = dsq_type_get((int)t);
+    if (!ti) return dsq_fail(DSQ_ERR_UNSUPPORTED, "linear: unknown weight type id %d", (int)t);
+    if (out <= 0 || in <= 0)
+        return dsq_fail(DSQ_ERR_ARG, "linear: bad shape %lld x %lld", (long long)out, (long long)in);
+    if (t == DSQ_TYPE_F32 || t == DSQ_TYPE_F16 || t == DSQ_TYPE_BF16) {
+        W->kind = DSQ_LINEAR_DENSE;
+        W->vt = &g_dense;
+    } else {
+        const dsq_qtype *q = dsq_qtype_get(t);
+        if (!q || !ti->quantized)
+            return dsq_fail(DSQ_ERR_UNSUPPORTED, "linear: weights of type %s are not supported", ti->name);
+        W->kind = DSQ_LINEAR_GGML;
+        W->vt = ggml_can_dot(q) ? &g_ggml : &g_ggml_nodot;
+    }
+    uint64_t rb = 0;
+    if (dsq_type_nbytes(t, (uint64_t)in, &rb) != DSQ_OK)
+        return dsq_fail(DSQ_ERR_FORMAT, "linear: row length %lld is not a multiple of the %s block size %u",
+                        (long long)in, ti->name, ti->block_elems);
+    W->type = t;
+    W->data = data;
+    W->in = in;
+    W->out = out;
+    W->row_bytes = (size_t)rb;
+    return DSQ_OK;
+}
+
+dsq_status dsq_linear_from_tensor(dsq_linear *W, const dsq_tensor *t)
+{
+    if (t->n_dims != 2)
+        return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: a linear weight must have 2 dims, not %d", t->name, t->n_dims);
+    dsq_status s = dsq_linear_init(W, t->type, t->data, t->shape[0], t->shape[1]);
+    if (s != DSQ_OK) return dsq_fail_context(s, "tensor %s", t->name);
+    uint64_t need = 0;
+    if (__builtin_mul_overflow((uint64_t)W->row_bytes, (uint64_t)W->out, &need) || need != t->nbytes)
+        return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: %llu bytes for %lld x %lld %s", t->name,
+                        (unsigned long long)t->nbytes, (long long)W->out, (long long)W->in, dsq_type_name(t->type));
+    return DSQ_OK;
+}
+
+dsq_status dsq_linear_set_bias(dsq_linear *W, dsq_type t, const void *bias, int64_t n)
+{
+    if (n != W->out)
+        return dsq_fail(DSQ_ERR_FORMAT, "linear bias has %lld values for %lld outputs", (long long)n, (long long)W->out);
+    free(W->owned_bias);
+    W->owned_bias = NULL;
+    if (t == DSQ_TYPE_F32) {
+        W->bias = bias;
+        return DSQ_OK;
+    }
+    float *b = malloc((size_t)n * sizeof *b);
+    if (!b) return dsq_fail(DSQ_ERR_NOMEM, "linear bias: out of memory");
+    dsq_status s = dsq_convert_row(t, bias, DSQ_TYPE_F32, b, (size_t)n);
+    if (s != DSQ_OK) {
+        free(b);
+        return dsq_fail_context(s, "linear bias");
+    }
+    W->owned_bias = b;
+    W->bias = b;
+    return DSQ_OK;
+}
+
+void dsq_linear_release(dsq_linear *W)
+{
+    if (!W) return;
+    if (W->vt && W->vt->release) W->vt->release(W);
+    free(W->owned);
+    free(W->owned_bias);
+    memset(W, 0, sizeof *W);
+}
+
+dsq_status dsq_linear_rows_f32(const dsq_linear *W, int64_t r0, int64_t nr, float *dst)
+{
+    if (r0 < 0 || nr < 0 || r0 > W->out - nr)
+        return dsq_fail(DSQ_ERR_ARG, "linear: rows [%lld, +%lld) outside %lld rows", (long long)r0, (long long)nr,
+                        (long long)W->out);
+    W->vt->rows_f32(W, r0, nr, dst);
+    return DSQ_OK;
+}
+
+/* ---- compute ---- */
+
+static void add_bias(const dsq_linear *W, float *y, int n_tok)
+{
+    if (!W->bias) return;
+    for (int t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < W->out; r++) y[(size_t)t * W->out + r] += W->bias[r];
+}
+
+/* Output-row tile width: wide tiles amortise the packing, but every thread
+ * needs several tiles to balance narrow matrices (k/v projections). */
+static int64_t tile_width(int64_t out, int threads)
+{
+    int64_t nc = 64;
+    while (nc > DSQ_GEMM_NR && (out + nc - 1) / nc < 4 * threads) nc /= 2;
+    return nc;
+}
+
+dsq_status dsq_linear_forward_gemm(const dsq_linear *W, const float *x, float *y, int n_tok)
+{
+    if (n_tok <= 0) return DSQ_OK;
+    int threads = dsq_cpu_threads();
+    int64_t nc = tile_width(W->out, threads), ntiles = (W->out + nc - 1) / nc;
+    if (ntiles < threads) threads = (int)ntiles;
+    size_t tile_f = (size_t)nc * (size_t)W->in, gemm_f = dsq_gemm_scratch_floats(nc, W->in);
+    size_t per = (tile_f + gemm_f + 15) & ~(size_t)15; /* keeps each thread's part 64-byte aligned */
+    float *scratch = dsq_gemm_scratch_alloc(per * (size_t)threads);
+    if (!scratch)
+        return dsq_fail(DSQ_ERR_NOMEM, "linear %lld x %lld: out of memory for %d GEMM tiles", (long long)W->out,
+                        (long long)W->in, threads);
+#pragma omp parallel num_threads(threads)
+    {
+        float *tile = scratch + per * (size_t)omp_get_thread_num(), *gs = tile + tile_f;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t q = 0; q < ntiles; q++) {
+            int64_t r0 = q * nc, w = W->out - r0 < nc ? W->out - r0 : nc;
+            W->vt->rows_f32(W, r0, w, tile);
+            dsq_gemm_f32(DSQ_GEMM_BT, n_tok, w, W->in, x, W->in, tile, W->in, y + r0, W->out, false, gs);
+        }
+    }
+    free(scratch);
+    add_bias(W, y, n_tok);
+    return DSQ_OK;
+}
+
+#define GEMV_ROWS 16 /* rows per OpenMP work item */
+
+dsq_status dsq_linear_forward_gemv(const dsq_linear *W, const float *x, float *y, int n_tok)
+{
+    if (n_tok <= 0) return DSQ_OK;
+    if (!W->vt->dot_rows) return dsq_linear_forward_gemm(W, x, y, n_tok);
+    size_t ab = W->vt->act_bytes(W);
+    uint8_t *act = NULL;
+    if (ab) {
+        act = malloc(ab * (size_t)n_tok);
+        if (!act) return dsq_fail(DSQ_ERR_NOMEM, "linear: out of memory for %d activation rows", n_tok);
+        for (int t = 0; t < n_tok; t++) W->vt->act_prepare(W, x + (size_t)t * W->in, act + ab * (size_t)t);
+    }
+    int64_t nitems = (W->out + GEMV_ROWS - 1) / GEMV_ROWS;
+    int threads = dsq_cpu_threads();
+    if (nitems < threads) threads = (int)nitems;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t it = 0; it < nitems; it++) {
+        int64_t r0 = it * GEMV_ROWS, r1 = r0 + GEMV_ROWS < W->out ? r0 + GEMV_ROWS : W->out;
+        for (int t = 0; t < n_tok; t++)
+            W->vt->dot_rows(W, x + (size_t)t * W->in, act ? act + ab * (size_t)t : NULL, r0, r1,
+                            y + (size_t)t * W->out + r0);
+    }
+    free(act);
+    add_bias(W, y, n_tok);
+    return DSQ_OK;
+}
+
+dsq_status dsq_linear_forward(const dsq_linear *W, const float *x, float *y, int n_tok)
+{
+    if (n_tok <= DSQ_LINEAR_GEMV_MAX_TOKENS) return dsq_linear_forward_gemv(W, x, y, n_tok);
+    return dsq_linear_forward_gemm(W, x, y, n_tok);
+}

@@ -1,0 +1,85 @@
+/* A linear layer y = x W^T (+ b) over any weight storage, so that one forward
+ * pass runs the original model and every quantized artifact.
+ *
+ * The storage is a tagged struct with a function table: dense F32/F16/BF16
+ * rows and every GGUF block type of the quant-type table today; INT4/INT8
+ * groups and FP8 add a kind and a table later. Weights are usually views into
+ * an mmap (nothing copied); `owned` holds what a storage had to allocate.
+ *
+ * Two compute paths (runtime/linear.c):
+ *  - batched (n_tok > DSQ_LINEAR_GEMV_MAX_TOKENS): tiles of W are turned into
+ *    F32 and multiplied with a blocked GEMM (runtime/cpu/gemm.h), OpenMP over
+ *    tiles of output rows; F32 activations throughout.
+ *  - decode (few tokens): each token's activation is prepared once (for GGUF
+ *    block types quantized to the type's vec_dot_type, as llama.cpp does) and
+ *    dotted with every row; OpenMP over rows. The two paths therefore differ
+ *    by the activation rounding of the vec_dot types. */
+#ifndef DSQ_RUNTIME_LINEAR_H
+#define DSQ_RUNTIME_LINEAR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+/* Up to this many rows the decode path is cheaper: the batched one turns all
+ * of W into F32 on every call. */
+#define DSQ_LINEAR_GEMV_MAX_TOKENS 7
+
+typedef enum dsq_linear_kind {
+    DSQ_LINEAR_DENSE = 0, /* F32, F16 or BF16 rows */
+    DSQ_LINEAR_GGML,      /* a GGUF block type (Q4_0 .. Q6_K, IQ4_NL, IQ4_XS, ...) */
+} dsq_linear_kind;
+
+typedef struct dsq_linear dsq_linear;
+
+typedef struct dsq_linear_vtable {
+    const char *name;
+    /* F32 copy of rows [r0, r0 + nr) into dst (nr x in, row-major). */
+    void (*rows_f32)(const dsq_linear *W, int64_t r0, int64_t nr, float *dst);
+    /* Bytes of one token's prepared activation; 0 when dot_rows reads x itself. */
+    size_t (*act_bytes)(const dsq_linear *W);
+    void (*act_prepare)(const dsq_linear *W, const float *x, void *act);
+    /* y[r - r0] = row r . x for r in [r0, r1). NULL: no decode path (GEMM is used). */
+    void (*dot_rows)(const dsq_linear *W, const float *x, const void *act, int64_t r0, int64_t r1, float *y);
+    /* Frees storage-specific state in priv (NULL when none). */
+    void (*release)(dsq_linear *W);
+} dsq_linear_vtable;
+
+struct dsq_linear {
+    dsq_linear_kind kind;
+    const dsq_linear_vtable *vt;
+    int64_t in, out;    /* W is [out x in] */
+    dsq_type type;      /* element or block type of data */
+    const void *data;   /* out rows of row_bytes each */
+    size_t row_bytes;
+    const float *bias;  /* [out] or NULL */
+    void *owned;        /* freed by dsq_linear_release: a copy of data, if any */
+    float *owned_bias;  /* freed by dsq_linear_release */
+    void *priv;         /* state of later storage kinds */
+};
+
+/* A view of [out x in] weights of type t (nothing copied). Fails for a type no
+ * storage handles, or a row length that is not a multiple of its block. */
+dsq_status dsq_linear_init(dsq_linear *W, dsq_type t, const void *data, int64_t out, int64_t in);
+/* The same from a 2-D tensor view (shape {out, in}); checks nbytes. */
+dsq_status dsq_linear_from_tensor(dsq_linear *W, const dsq_tensor *t);
+/* Bias from any plain float type (F32 is kept as a view, others converted). */
+dsq_status dsq_linear_set_bias(dsq_linear *W, dsq_type t, const void *bias, int64_t n);
+void dsq_linear_release(dsq_linear *W);
+
+/* y[n_tok x out] = x[n_tok x in] W^T + b, choosing the path by n_tok. */
+dsq_status dsq_linear_forward(const dsq_linear *W, const float *x, float *y, int n_tok);
+/* The two paths, for tests and benchmarks. */
+dsq_status dsq_linear_forward_gemm(const dsq_linear *W, const float *x, float *y, int n_tok);
+dsq_status dsq_linear_forward_gemv(const dsq_linear *W, const float *x, float *y, int n_tok);
+
+/* F32 rows [r0, r0 + nr) of W (dst: nr x in). */
+dsq_status dsq_linear_rows_f32(const dsq_linear *W, int64_t r0, int64_t nr, float *dst);
+
+const char *dsq_linear_kind_name(dsq_linear_kind k);
+
+#endif

@@ -1,0 +1,235 @@
+/* Loading walks GGUF tensor names ("blk.N.attn_q.weight"); for a Hugging Face
+ * folder each name is mapped to its HF twin with formats/hf_names.h. */
+#include "runtime/model.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/hf_names.h"
+
+static const char *const g_lin_names[DSQ_LIN_COUNT] = {"q", "k", "v", "o", "gate", "up", "down"};
+static const char *const g_lin_gguf[DSQ_LIN_COUNT] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
+                                                      "ffn_gate", "ffn_up", "ffn_down"};
+
+const char *dsq_linear_id_name(dsq_linear_id id) { return (unsigned)id < DSQ_LIN_COUNT ? g_lin_names[id] : "?"; }
+const char *dsq_linear_id_gguf(dsq_linear_id id) { return (unsigned)id < DSQ_LIN_COUNT ? g_lin_gguf[id] : "?"; }
+
+static dsq_status keep(dsq_model *m, void *p)
+{
+    if (m->n_owned == m->cap_owned) {
+        size_t cap = m->cap_owned ? 2 * m->cap_owned : 64;
+        void **o = realloc(m->owned, cap * sizeof *o);
+        if (!o) {
+            free(p);
+            return dsq_fail(DSQ_ERR_NOMEM, "model: out of memory");
+        }
+        m->owned = o;
+        m->cap_owned = cap;
+    }
+    m->owned[m->n_owned++] = p;
+    return DSQ_OK;
+}
+
+/* The tensor named `gguf` (GGUF spelling); *found = false when absent. */
+static dsq_status find(const dsq_model *m, const char *gguf, dsq_tensor *t, bool *found)
+{
+    const dsq_checkpoint *c = m->ckpt;
+    int64_t idx = -1;
+    if (c->kind == DSQ_CKPT_GGUF) {
+        idx = dsq_gguf_find_tensor(c->gguf, gguf);
+    } else {
+        char hf[256];
+        dsq_permute_kind perm;
+        if (dsq_name_gguf_to_hf(&m->arch, gguf, hf, sizeof hf, &perm) == DSQ_OK) idx = dsq_st_model_find(c->st, hf);
+        dsq_clear_error();
+    }
+    *found = idx >= 0;
+    if (!*found) return DSQ_OK;
+    return dsq_checkpoint_tensor(c, (uint64_t)idx, t);
+}
+
+static dsq_status require(const dsq_model *m, const char *gguf, dsq_tensor *t)
+{
+    bool found;
+    DSQ_TRY(find(m, gguf, t, &found));
+    if (!found) return dsq_fail(DSQ_ERR_NOT_FOUND, "%s: tensor %s is missing", m->ckpt->path, gguf);
+    return DSQ_OK;
+}
+
+static dsq_status check_shape(const dsq_tensor *t, int n_dims, int64_t d0, int64_t d1)
+{
+    bool ok = t->n_dims == n_dims && t->shape[0] == d0 && (n_dims < 2 || t->shape[1] == d1);
+    if (ok) return DSQ_OK;
+    if (n_dims == 1) return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: expected shape [%lld]", t->name, (long long)d0);
+    return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: expected shape [%lld, %lld]", t->name, (long long)d0, (long long)d1);
+}
+
+/* F32 view of a vector, or an F32 copy when it has another type or sits
+ * misaligned (safetensors only aligns the data section start). */
+static dsq_status f32_vector(dsq_model *m, const dsq_tensor *t, int64_t n, const float **out)
+{
+    DSQ_TRY(check_shape(t, 1, n, 0));
+    if (t->type == DSQ_TYPE_F32 && (uintptr_t)t->data % sizeof(float) == 0) {
+        *out = t->data;
+        return DSQ_OK;
+    }
+    const dsq_type_info *ti = dsq_type_get((int)t->type);
+    if (!ti || !ti->is_float)
+        return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: type %s where a float vector was expected", t->name,
+                        dsq_type_name(t->type));
+    float *v = malloc((size_t)n * sizeof *v);
+    if (!v) return dsq_fail(DSQ_ERR_NOMEM, "tensor %s: out of memory", t->name);
+    DSQ_TRY(keep(m, v));
+    if (t->type == DSQ_TYPE_F32) {
+        memcpy(v, t->data, (size_t)n * sizeof *v);
+    } else {
+        dsq_status s = dsq_to_f32_row(t->type, t->data, v, (size_t)n);
+        if (s != DSQ_OK) return dsq_fail_context(s, "tensor %s", t->name);
+    }
+    *out = v;
+    return DSQ_OK;
+}
+
+/* Safetensors only aligns the start of its data section: a tensor whose
+ * elements sit misaligned is copied, so rows can be read as their type
+ * (GGUF block structs hold 16-bit fields, hence 2 for block types). */
+static dsq_status align_data(dsq_model *m, dsq_tensor *t)
+{
+    const dsq_type_info *ti = dsq_type_get((int)t->type);
+    size_t align = !ti ? 1 : ti->quantized ? 2 : ti->block_bytes;
+    if (align <= 1 || (uintptr_t)t->data % align == 0) return DSQ_OK;
+    void *copy = malloc(t->nbytes ? t->nbytes : 1);
+    if (!copy) return dsq_fail(DSQ_ERR_NOMEM, "tensor %s: out of memory", t->name);
+    DSQ_TRY(keep(m, copy));
+    memcpy(copy, t->data, t->nbytes);
+    t->data = copy;
+    return DSQ_OK;
+}
+
+static dsq_status linear_from(dsq_model *m, dsq_tensor *t, int64_t out, int64_t in, dsq_linear *W)
+{
+    DSQ_TRY(check_shape(t, 2, out, in));
+    DSQ_TRY(align_data(m, t));
+    return dsq_linear_from_tensor(W, t);
+}
+
+static dsq_status load_linear(dsq_model *m, int layer, dsq_linear_id id, int64_t out, int64_t in)
+{
+    char name[96];
+    dsq_tensor t;
+    dsq_linear *W = &m->layers[layer].lin[id];
+    snprintf(name, sizeof name, "blk.%d.%s.weight", layer, g_lin_gguf[id]);
+    DSQ_TRY(require(m, name, &t));
+    DSQ_TRY(linear_from(m, &t, out, in, W));
+    bool found;
+    snprintf(name, sizeof name, "blk.%d.%s.bias", layer, g_lin_gguf[id]);
+    DSQ_TRY(find(m, name, &t, &found));
+    if (!found) return DSQ_OK;
+    const float *b;
+    DSQ_TRY(f32_vector(m, &t, out, &b));
+    return dsq_linear_set_bias(W, DSQ_TYPE_F32, b, out);
+}
+
+static dsq_status load_layer(dsq_model *m, int l)
+{
+    char name[96];
+    dsq_tensor t;
+    dsq_layer *L = &m->layers[l];
+    snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
+    DSQ_TRY(require(m, name, &t));
+    DSQ_TRY(f32_vector(m, &t, m->dim, &L->attn_norm));
+    snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
+    DSQ_TRY(require(m, name, &t));
+    DSQ_TRY(f32_vector(m, &t, m->dim, &L->ffn_norm));
+    DSQ_TRY(load_linear(m, l, DSQ_LIN_Q, m->q_dim, m->dim));
+    DSQ_TRY(load_linear(m, l, DSQ_LIN_K, m->kv_dim, m->dim));
+    DSQ_TRY(load_linear(m, l, DSQ_LIN_V, m->kv_dim, m->dim));
+    DSQ_TRY(load_linear(m, l, DSQ_LIN_O, m->dim, m->q_dim));
+    DSQ_TRY(load_linear(m, l, DSQ_LIN_GATE, m->ffn_dim, m->dim));
+    DSQ_TRY(load_linear(m, l, DSQ_LIN_UP, m->ffn_dim, m->dim));
+    return load_linear(m, l, DSQ_LIN_DOWN, m->dim, m->ffn_dim);
+}
+
+static dsq_status load_globals(dsq_model *m)
+{
+    dsq_tensor t;
+    bool found;
+    DSQ_TRY(require(m, "token_embd.weight", &m->tok_embd));
+    if (m->tok_embd.n_dims != 2 || m->tok_embd.shape[1] != m->dim)
+        return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: expected [vocab, %lld]", m->tok_embd.name, (long long)m->dim);
+    m->vocab = m->tok_embd.shape[0];
+    DSQ_TRY(align_data(m, &m->tok_embd));
+    /* The embedding is read row by row through the linear storage's rules. */
+    dsq_linear probe;
+    DSQ_TRY(dsq_linear_from_tensor(&probe, &m->tok_embd));
+    dsq_linear_release(&probe);
+    DSQ_TRY(require(m, "output_norm.weight", &t));
+    DSQ_TRY(f32_vector(m, &t, m->dim, &m->output_norm));
+    DSQ_TRY(find(m, "output.weight", &t, &found));
+    m->tied = !found;
+    DSQ_TRY(linear_from(m, found ? &t : &m->tok_embd, m->vocab, m->dim, &m->output));
+    if (m->ckpt->kind == DSQ_CKPT_GGUF) {
+        DSQ_TRY(find(m, "rope_freqs.weight", &t, &found));
+        if (found) DSQ_TRY(f32_vector(m, &t, m->arch.head_dim / 2, &m->rope_freq_factors));
+    }
+    return DSQ_OK;
+}
+
+static dsq_status setup_arch(dsq_model *m)
+{
+    DSQ_TRY(dsq_checkpoint_require_arch(m->ckpt));
+    m->arch = m->ckpt->arch;
+    const dsq_arch *a = &m->arch;
+    DSQ_TRY(dsq_arch_validate(a, m->ckpt->path));
+    if (a->n_layers > 100000 || a->hidden_size > (1 << 20) || a->intermediate_size > (1 << 22) ||
+        a->n_heads > 4096 || a->head_dim > 1024)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: implausible model sizes", m->ckpt->path);
+    m->dim = a->hidden_size;
+    m->q_dim = a->n_heads * a->head_dim;
+    m->kv_dim = a->n_kv_heads * a->head_dim;
+    m->ffn_dim = a->intermediate_size;
+    bool gguf_llama = m->ckpt->kind == DSQ_CKPT_GGUF && a->family == DSQ_ARCH_LLAMA;
+    m->rope_layout = gguf_llama ? DSQ_ROPE_NORM : DSQ_ROPE_NEOX;
+    return DSQ_OK;
+}
+
+static dsq_status load(dsq_model *m)
+{
+    DSQ_TRY(setup_arch(m));
+    m->layers = calloc((size_t)m->arch.n_layers, sizeof *m->layers);
+    if (!m->layers) return dsq_fail(DSQ_ERR_NOMEM, "model: out of memory");
+    DSQ_TRY(load_globals(m));
+    for (int l = 0; l < m->arch.n_layers; l++) DSQ_TRY(load_layer(m, l));
+    return DSQ_OK;
+}
+
+dsq_status dsq_model_open(const char *path, dsq_model **out)
+{
+    *out = NULL;
+    dsq_model *m = calloc(1, sizeof *m);
+    if (!m) return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", path);
+    dsq_status s = dsq_checkpoint_open(path, &m->ckpt);
+    if (s == DSQ_OK) s = load(m);
+    if (s != DSQ_OK) {
+        dsq_model_close(m);
+        return s;
+    }
+    *out = m;
+    return DSQ_OK;
+}
+
+void dsq_model_close(dsq_model *m)
+{
+    if (!m) return;
+    if (m->layers)
+        for (int64_t l = 0; l < m->arch.n_layers; l++)
+            for (int i = 0; i < DSQ_LIN_COUNT; i++) dsq_linear_release(&m->layers[l].lin[i]);
+    dsq_linear_release(&m->output);
+    free(m->layers);
+    for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    dsq_checkpoint_close(m->ckpt);
+    free(m);
+}
