@@ -1,0 +1,513 @@
+/* GPTQ for one linear layer; the algorithm and its sources are in gptq.h. */
+#include "quantizers/gptq.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+
+#define ROW_TILE 8   /* rows that share each streamed row of U in the batched update */
+#define CHOL_NB 64   /* Cholesky block width */
+#define INV_CHUNK 64 /* columns per task in the triangular inverse */
+#define COL_CHUNK 64 /* columns kept in L1 during the batched updates */
+
+/* ================================ Hessian ================================ */
+
+dsq_status dsq_hessian_init(dsq_hessian *h, int64_t cols)
+{
+    memset(h, 0, sizeof *h);
+    if (cols <= 0 || (uint64_t)cols > SIZE_MAX / sizeof(double) / (uint64_t)cols)
+        return dsq_fail(DSQ_ERR_ARG, "hessian: %lld columns is out of range", (long long)cols);
+    h->h = calloc((size_t)cols * (size_t)cols, sizeof(double));
+    if (!h->h)
+        return dsq_fail(DSQ_ERR_NOMEM, "hessian: out of memory for [%lld x %lld]", (long long)cols, (long long)cols);
+    h->cols = cols;
+    return DSQ_OK;
+}
+
+dsq_status dsq_hessian_add(dsq_hessian *h, const float *x, int64_t n_rows)
+{
+    if (!h || !h->h || h->final) return dsq_fail(DSQ_ERR_ARG, "hessian: not open for adding");
+    if (n_rows < 0 || (n_rows > 0 && !x)) return dsq_fail(DSQ_ERR_ARG, "hessian: bad input rows");
+    const int64_t n = h->cols;
+    for (int64_t i = 0; i < n_rows * n; i++)
+        if (!isfinite(x[i]))
+            return dsq_fail(DSQ_ERR_NUMERIC, "hessian: input row %lld, column %lld is not finite", (long long)(i / n),
+                            (long long)(i % n));
+    /* Upper triangle only (mirrored at finalize); tokens in chunks that stay in cache. */
+    const int64_t chunk = 64;
+    for (int64_t t0 = 0; t0 < n_rows; t0 += chunk) {
+        int64_t t1 = t0 + chunk < n_rows ? t0 + chunk : n_rows;
+#pragma omp parallel for schedule(dynamic, 16)
+        for (int64_t i = 0; i < n; i++) {
+            double *row = h->h + i * n;
+            for (int64_t t = t0; t < t1; t++) {
+                const float *xt = x + t * n;
+                double xi = xt[i];
+                if (xi == 0.0) continue;
+                for (int64_t j = i; j < n; j++) row[j] += xi * (double)xt[j];
+            }
+        }
+    }
+    h->n += (uint64_t)n_rows;
+    return DSQ_OK;
+}
+
+dsq_status dsq_hessian_finalize(dsq_hessian *h)
+{
+    if (!h || !h->h || h->final) return dsq_fail(DSQ_ERR_ARG, "hessian: not open for finalizing");
+    if (h->n == 0) return dsq_fail(DSQ_ERR_ARG, "hessian: no input rows were added");
+    const int64_t n = h->cols;
+    const double f = 2.0 / (double)h->n;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = i; j < n; j++) {
+            double v = h->h[i * n + j] * f;
+            h->h[i * n + j] = v;
+            h->h[j * n + i] = v;
+        }
+    h->final = true;
+    return DSQ_OK;
+}
+
+void dsq_hessian_free(dsq_hessian *h)
+{
+    if (!h) return;
+    free(h->h);
+    memset(h, 0, sizeof *h);
+}
+
+/* ============================ factorization ============================ */
+
+/* In-place lower Cholesky of a [n x n] (lower triangle read and written).
+ * Returns -1, or the index of the first pivot that is not positive. Blocked,
+ * right-looking; the trailing update reads a transposed copy of the panel so
+ * its inner loop is a contiguous axpy. */
+static int64_t chol_lower(double *a, int64_t n, double *panel_t)
+{
+    for (int64_t k0 = 0; k0 < n; k0 += CHOL_NB) {
+        const int64_t k1 = k0 + CHOL_NB < n ? k0 + CHOL_NB : n, nb = k1 - k0;
+        for (int64_t j = k0; j < k1; j++) {
+            double d = a[j * n + j];
+            for (int64_t k = k0; k < j; k++) d -= a[j * n + k] * a[j * n + k];
+            if (!(d > 0.0) || !isfinite(d)) return j;
+            d = sqrt(d);
+            a[j * n + j] = d;
+            for (int64_t i = j + 1; i < k1; i++) {
+                double s = a[i * n + j];
+                for (int64_t k = k0; k < j; k++) s -= a[i * n + k] * a[j * n + k];
+                a[i * n + j] = s / d;
+            }
+        }
+        if (k1 == n) break;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = k1; i < n; i++) {
+            double *ai = a + i * n;
+            for (int64_t j = k0; j < k1; j++) {
+                double s = ai[j];
+                for (int64_t k = k0; k < j; k++) s -= ai[k] * a[j * n + k];
+                ai[j] = s / a[j * n + j];
+            }
+            for (int64_t k = 0; k < nb; k++) panel_t[k * n + i] = ai[k0 + k];
+        }
+#pragma omp parallel for schedule(dynamic, 8)
+        for (int64_t i = k1; i < n; i++) {
+            double *ai = a + i * n;
+            for (int64_t j0 = k1; j0 <= i; j0 += COL_CHUNK) { /* the row chunk stays in L1 */
+                const int64_t j1 = j0 + COL_CHUNK <= i + 1 ? j0 + COL_CHUNK : i + 1;
+                for (int64_t k = 0; k < nb; k++) {
+                    const double lik = ai[k0 + k];
+                    const double *p = panel_t + k * n;
+                    for (int64_t j = j0; j < j1; j++) ai[j] -= lik * p[j];
+                }
+            }
+        }
+    }
+    return -1;
+}
+
+/* U = J L^-1 J: the inverse of the lower-triangular L in a, index-reversed
+ * into the upper-triangular U (float uf or double ud; the lower part is
+ * zeroed). Each block of INV_CHUNK columns of L^-1 is an independent forward
+ * substitution; a thread keeps its block's solved rows packed (n x INV_CHUNK)
+ * so the inner loop reads them from cache while L's rows stream once. */
+static dsq_status tri_inv_reversed(const double *a, int64_t n, float *uf, double *ud)
+{
+    int oom = 0;
+#pragma omp parallel reduction(| : oom)
+    {
+        double *blk = malloc((size_t)n * INV_CHUNK * sizeof(double));
+        if (!blk) oom = 1;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t c0 = 0; c0 < n; c0 += INV_CHUNK) {
+            if (!blk) continue;
+            const int64_t w = c0 + INV_CHUNK < n ? INV_CHUNK : n - c0;
+            for (int64_t i = 0; i < n; i++) {
+                double acc[INV_CHUNK] = {0};
+                double *bi = blk + (i >= c0 ? i - c0 : 0) * INV_CHUNK;
+                if (i >= c0) {
+                    const double *li = a + i * n;
+                    for (int64_t k = c0; k < i; k++) {
+                        const double lik = li[k];
+                        const double *bk = blk + (k - c0) * INV_CHUNK;
+                        for (int64_t j = 0; j < w; j++) acc[j] += lik * bk[j];
+                    }
+                    for (int64_t j = 0; j < w; j++) {
+                        const int64_t col = c0 + j;
+                        bi[j] = col < i ? -acc[j] / li[i] : col == i ? 1.0 / li[i] : 0.0;
+                    }
+                }
+                const int64_t r = (n - 1 - i) * n;
+                for (int64_t j = 0; j < w; j++) {
+                    const double v = i >= c0 ? bi[j] : 0.0;
+                    if (uf)
+                        uf[r + n - 1 - (c0 + j)] = (float)v;
+                    else
+                        ud[r + n - 1 - (c0 + j)] = v;
+                }
+            }
+        }
+        free(blk);
+    }
+    if (oom)
+        return dsq_fail(DSQ_ERR_NOMEM, "gptq: out of memory inverting a [%lld x %lld] factor", (long long)n,
+                        (long long)n);
+    return DSQ_OK;
+}
+
+static double *alloc_square(int64_t n, size_t elem)
+{
+    if (n <= 0 || (uint64_t)n > SIZE_MAX / elem / (uint64_t)n) return NULL;
+    return malloc((size_t)n * (size_t)n * elem);
+}
+
+dsq_status dsq_gptq_hinv_upper(const double *H, int64_t n, double damp, double *U)
+{
+    if (!H || !U || n <= 0) return dsq_fail(DSQ_ERR_ARG, "gptq: bad Hessian arguments");
+    double *a = alloc_square(n, sizeof(double));
+    double *scratch = malloc((size_t)n * CHOL_NB * sizeof(double));
+    if (!a || !scratch) {
+        free(a);
+        free(scratch);
+        return dsq_fail(DSQ_ERR_NOMEM, "gptq: out of memory for a [%lld x %lld] Hessian", (long long)n, (long long)n);
+    }
+    /* a = J (H + damp I) J; its lower Cholesky factor L gives H + damp I = R R^T with
+     * R = J L J upper, so (H + damp I)^-1 = U^T U with U = R^-1 = J L^-1 J. */
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < n; j++) a[i * n + j] = H[(n - 1 - i) * n + (n - 1 - j)] + (i == j ? damp : 0.0);
+    int64_t bad = chol_lower(a, n, scratch);
+    dsq_status st = bad < 0 ? tri_inv_reversed(a, n, NULL, U) : DSQ_OK;
+    free(a);
+    free(scratch);
+    if (bad >= 0)
+        return dsq_fail(DSQ_ERR_NUMERIC, "gptq: Hessian [%lld x %lld] is not positive definite (pivot %lld)",
+                        (long long)n, (long long)n, (long long)(n - 1 - bad));
+    return st;
+}
+
+/* ================================ GPTQ ================================ */
+
+dsq_gptq_opts dsq_gptq_default_opts(void)
+{
+    dsq_gptq_opts o;
+    memset(&o, 0, sizeof o);
+    o.q.bits = 4;
+    o.q.group_size = 128;
+    o.q.sym = true;
+    o.q.rule = DSQ_INTQ_RULE_GPTQ;
+    o.q.clip = 1.0f;
+    o.percdamp = 0.01;
+    o.block_size = 128;
+    return o;
+}
+
+typedef struct gptq_ctx {
+    const float *w;
+    int64_t rows, cols;
+    const float *U;      /* upper factor in processing order, [cols x cols] */
+    const int64_t *perm; /* processing position -> original column */
+    const uint8_t *dead; /* by original column */
+    const dsq_intq_params *qp;
+    int bs;
+    dsq_intq *out;
+} gptq_ctx;
+
+/* One row's weight in processing order with dead columns zeroed; per-channel
+ * and static-group params, which the reference takes before the first update. */
+static void tile_prepare(const gptq_ctx *c, int64_t r, float *wg, float *grp, bool static_groups)
+{
+    const float *src = c->w + r * c->cols;
+    dsq_intq *q = c->out;
+    for (int64_t j = 0; j < c->cols; j++) wg[j] = c->dead[c->perm[j]] ? 0.0f : src[c->perm[j]];
+    if (q->group_size == c->cols) {
+        float s;
+        int z;
+        dsq_intq_group_params(src, c->cols, c->qp, 1.0f, &s, &z); /* original row: before dead zeroing */
+        q->scales[r] = s;
+        q->zeros[r] = (uint8_t)z;
+    } else if (static_groups) {
+        const int gs = q->group_size;
+        for (int64_t g = 0; g < q->n_groups; g++) {
+            for (int i = 0; i < gs; i++) grp[i] = c->dead[g * gs + i] ? 0.0f : src[g * gs + i];
+            float s;
+            int z;
+            dsq_intq_group_params(grp, gs, c->qp, 1.0f, &s, &z);
+            q->scales[r * q->n_groups + g] = s;
+            q->zeros[r * q->n_groups + g] = (uint8_t)z;
+        }
+    }
+}
+
+/* Quantizes columns [i1, i2) of one row; returns its share of the loss. */
+static double row_block(const gptq_ctx *c, int64_t r, const float *wg, float *w1, float *err, int64_t i1, int64_t i2,
+                        bool static_groups, float *cur_s, int *cur_z)
+{
+    dsq_intq *q = c->out;
+    const int64_t n = c->cols, ng = q->n_groups;
+    const int gs = q->group_size, maxq = dsq_intq_maxq(q->bits);
+    const int64_t cnt = i2 - i1;
+    double loss = 0.0;
+    memcpy(w1, wg + i1, (size_t)cnt * sizeof(float));
+    for (int64_t i = 0; i < cnt; i++) {
+        const int64_t col = i1 + i;
+        if (gs == n) {
+            *cur_s = q->scales[r];
+            *cur_z = q->zeros[r];
+        } else if (static_groups) {
+            int64_t g = c->perm[col] / gs;
+            *cur_s = q->scales[r * ng + g];
+            *cur_z = q->zeros[r * ng + g];
+        } else if (col % gs == 0) {
+            /* From the weight as the previous blocks left it (not this block's updates). */
+            if (dsq_intq_group_params(wg + col, gs, c->qp, 1.0f, cur_s, cur_z) != DSQ_OK) {
+                *cur_s = NAN; /* updates blew up; dsq_intq_validate reports it after the run */
+                *cur_z = 0;
+            }
+            q->scales[r * ng + col / gs] = *cur_s;
+            q->zeros[r * ng + col / gs] = (uint8_t)*cur_z;
+        }
+        const int code = dsq_intq_code(w1[i], *cur_s, *cur_z, maxq);
+        q->codes[r * n + c->perm[col]] = (uint8_t)code;
+        const float dq = (float)(code - *cur_z) * *cur_s;
+        const float d = c->U[col * n + col];
+        const float diff = w1[i] - dq;
+        loss += (double)diff * (double)diff / ((double)d * (double)d) / 2.0;
+        const float e = diff / d;
+        const float *urow = c->U + col * n + i1;
+        for (int64_t j = i + 1; j < cnt; j++) w1[j] -= e * urow[j];
+        err[i] = e;
+    }
+    return loss;
+}
+
+static double run_tile(const gptq_ctx *c, int64_t r0, int64_t nr, float *buf, bool static_groups)
+{
+    const int64_t n = c->cols, bs = c->bs;
+    float *wg = buf;            /* [nr x n] */
+    float *w1 = wg + nr * n;    /* [bs] */
+    float *err = w1 + bs;       /* [nr x bs] */
+    float *grp = err + nr * bs; /* [group] */
+    float cur_s[ROW_TILE] = {0};
+    int cur_z[ROW_TILE] = {0};
+    double loss = 0.0;
+    for (int64_t t = 0; t < nr; t++) tile_prepare(c, r0 + t, wg + t * n, grp, static_groups);
+    for (int64_t i1 = 0; i1 < n; i1 += bs) {
+        const int64_t i2 = i1 + bs < n ? i1 + bs : n;
+        for (int64_t t = 0; t < nr; t++)
+            loss += row_block(c, r0 + t, wg + t * n, w1, err + t * bs, i1, i2, static_groups, &cur_s[t], &cur_z[t]);
+        /* Lazy batch update W[:, i2:] -= Err * U[i1:i2, i2:], in column chunks so
+         * the tile's chunk stays in L1 while the rows of U stream past. */
+        for (int64_t j0 = i2; j0 < n; j0 += COL_CHUNK) {
+            const int64_t j1 = j0 + COL_CHUNK < n ? j0 + COL_CHUNK : n;
+            for (int64_t i = 0; i < i2 - i1; i++) {
+                const float *urow = c->U + (i1 + i) * n;
+                for (int64_t t = 0; t < nr; t++) {
+                    const float e = err[t * bs + i];
+                    float *wt = wg + t * n;
+                    for (int64_t j = j0; j < j1; j++) wt[j] -= e * urow[j];
+                }
+            }
+        }
+    }
+    return loss;
+}
+
+static dsq_status check_inputs(const float *w, int64_t rows, int64_t cols, const double *H, const char *name)
+{
+    for (int64_t i = 0; i < rows * cols; i++)
+        if (!isfinite(w[i]))
+            return dsq_fail(DSQ_ERR_NUMERIC, "gptq: layer %s: weight row %lld, column %lld is not finite", name,
+                            (long long)(i / cols), (long long)(i % cols));
+    for (int64_t i = 0; i < cols * cols; i++)
+        if (!isfinite(H[i]))
+            return dsq_fail(DSQ_ERR_NUMERIC, "gptq: layer %s: Hessian entry (%lld, %lld) is not finite", name,
+                            (long long)(i / cols), (long long)(i % cols));
+    for (int64_t i = 0; i < cols; i++)
+        if (H[i * cols + i] < 0.0)
+            return dsq_fail(DSQ_ERR_NUMERIC, "gptq: layer %s: Hessian diagonal %lld is negative (%g)", name,
+                            (long long)i, H[i * cols + i]);
+    return DSQ_OK;
+}
+
+/* Act-order: processing order by descending diag, ties by column index. */
+typedef struct diag_key {
+    double d;
+    int64_t i;
+} diag_key;
+
+static int cmp_desc_diag(const void *pa, const void *pb)
+{
+    const diag_key *a = pa, *b = pb;
+    if (a->d != b->d) return a->d > b->d ? -1 : 1;
+    return a->i < b->i ? -1 : a->i > b->i;
+}
+
+/* Damped, permuted, index-reversed Hessian factored into U (float, processing
+ * order), with retries at larger dampening. */
+static dsq_status factor_with_retries(const double *H, const int64_t *perm, const uint8_t *dead, int64_t n,
+                                      const dsq_gptq_opts *o, const char *name, float *U, dsq_gptq_report *rep)
+{
+    double *a = alloc_square(n, sizeof(double));
+    double *scratch = malloc((size_t)n * CHOL_NB * sizeof(double));
+    if (!a || !scratch) {
+        free(a);
+        free(scratch);
+        return dsq_fail(DSQ_ERR_NOMEM, "gptq: layer %s: out of memory for a [%lld x %lld] Hessian", name, (long long)n,
+                        (long long)n);
+    }
+    double mean = 0.0;
+    for (int64_t i = 0; i < n; i++) mean += dead[perm[i]] ? 1.0 : H[perm[i] * n + perm[i]];
+    mean /= (double)n;
+    double p = o->percdamp, first = p;
+    int tries = 0;
+    int64_t bad = -1;
+    for (;;) {
+        tries++;
+        const double damp = p * mean;
+        /* a[i][j] = Hp[n-1-i][n-1-j], Hp = H permuted with dead diagonals set to 1. */
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t pi = perm[n - 1 - i];
+            for (int64_t j = 0; j < n; j++) {
+                const int64_t pj = perm[n - 1 - j];
+                double v = H[pi * n + pj];
+                if (pi == pj) v = (dead[pi] ? 1.0 : v) + damp;
+                a[i * n + j] = v;
+            }
+        }
+        bad = chol_lower(a, n, scratch);
+        if (bad >= 0) bad = n - 1 - bad; /* in H's (permuted) indices */
+        if (bad < 0 || p >= 1.0) break;
+        p = p < 0.005 ? 0.01 : (2.0 * p < 1.0 ? 2.0 * p : 1.0);
+        DSQ_LOGW("gptq: layer %s: Hessian did not factor; retrying with dampening %g", name, p);
+    }
+    dsq_status st = bad < 0 ? tri_inv_reversed(a, n, U, NULL) : DSQ_OK;
+    free(a);
+    free(scratch);
+    if (st != DSQ_OK) return st;
+    if (bad >= 0)
+        return dsq_fail(DSQ_ERR_NUMERIC,
+                        "gptq: layer %s: Hessian [%lld x %lld] is not positive definite (pivot %lld) with dampening "
+                        "%g to %g of the mean diagonal %g (%d tries)",
+                        name, (long long)n, (long long)n, (long long)bad, first, p, mean, tries);
+    rep->percdamp = p;
+    rep->damp_tries = tries;
+    return DSQ_OK;
+}
+
+static dsq_status run_rows(const gptq_ctx *c, bool static_groups, double *loss_out)
+{
+    const int64_t n = c->cols, bs = c->bs;
+    const size_t per_tile = (size_t)(ROW_TILE * n + bs + ROW_TILE * bs + c->out->group_size);
+    double loss = 0.0;
+    int oom = 0;
+#pragma omp parallel reduction(+ : loss) reduction(| : oom)
+    {
+        float *buf = malloc(per_tile * sizeof(float));
+        if (!buf) oom = 1;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t r0 = 0; r0 < c->rows; r0 += ROW_TILE) {
+            if (!buf) continue;
+            int64_t nr = c->rows - r0 < ROW_TILE ? c->rows - r0 : ROW_TILE;
+            loss += run_tile(c, r0, nr, buf, static_groups);
+        }
+        free(buf);
+    }
+    if (oom) return dsq_fail(DSQ_ERR_NOMEM, "gptq: out of memory for row buffers");
+    *loss_out = loss;
+    return DSQ_OK;
+}
+
+dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, const double *H, const dsq_gptq_opts *o,
+                             dsq_intq *out, dsq_gptq_report *report)
+{
+    const char *name = o && o->name ? o->name : "?";
+    if (!w || !H || !o || !out) return dsq_fail(DSQ_ERR_ARG, "gptq: layer %s: missing argument", name);
+    memset(out, 0, sizeof *out);
+    if (!(o->percdamp >= 0.0 && o->percdamp <= 1.0))
+        return dsq_fail(DSQ_ERR_ARG, "gptq: layer %s: percdamp %g is not in [0, 1]", name, o->percdamp);
+    if (o->block_size < 0) return dsq_fail(DSQ_ERR_ARG, "gptq: layer %s: block size %d", name, o->block_size);
+    if (cols <= 0 || cols > INT32_MAX || rows <= 0)
+        return dsq_fail(DSQ_ERR_ARG, "gptq: layer %s: weight [%lld x %lld] is out of range", name, (long long)rows,
+                        (long long)cols);
+    dsq_status st = dsq_intq_alloc(&o->q, rows, cols, out);
+    if (st != DSQ_OK) return dsq_fail_context(st, "gptq: layer %s", name);
+    st = check_inputs(w, rows, cols, H, name);
+    if (st != DSQ_OK) {
+        dsq_intq_free(out);
+        return st;
+    }
+    dsq_gptq_report rep = {0};
+    const bool per_channel = out->group_size == cols;
+    const bool static_groups = o->static_groups && !per_channel;
+    int64_t *perm = malloc((size_t)cols * sizeof *perm);
+    uint8_t *dead = malloc((size_t)cols);
+    diag_key *diag = malloc((size_t)cols * sizeof *diag);
+    float *U = (float *)alloc_square(cols, sizeof(float));
+    if (!perm || !dead || !diag || !U) {
+        st = dsq_fail(DSQ_ERR_NOMEM, "gptq: layer %s: out of memory", name);
+        goto done;
+    }
+    for (int64_t i = 0; i < cols; i++) {
+        double d = H[i * cols + i];
+        dead[i] = d == 0.0;
+        rep.n_dead += dead[i];
+        diag[i] = (diag_key){dead[i] ? 1.0 : d, i};
+    }
+    if (o->act_order) qsort(diag, (size_t)cols, sizeof *diag, cmp_desc_diag);
+    for (int64_t i = 0; i < cols; i++) perm[i] = diag[i].i;
+    st = factor_with_retries(H, perm, dead, cols, o, name, U, &rep);
+    if (st != DSQ_OK) goto done;
+    gptq_ctx ctx = {w, rows, cols, U, perm, dead, &o->q, o->block_size ? o->block_size : 128, out};
+    st = run_rows(&ctx, static_groups, &rep.loss);
+    if (st != DSQ_OK) goto done;
+    st = dsq_intq_validate(out);
+    if (st != DSQ_OK || !isfinite(rep.loss)) {
+        st = dsq_fail_context(st != DSQ_OK ? st : dsq_fail(DSQ_ERR_NUMERIC, "loss is not finite"),
+                              "gptq: layer %s: the updates did not stay finite", name);
+        goto done;
+    }
+    if (o->act_order && !static_groups && !per_channel) {
+        out->g_idx = malloc((size_t)cols * sizeof(int32_t));
+        if (!out->g_idx) {
+            st = dsq_fail(DSQ_ERR_NOMEM, "gptq: layer %s: out of memory", name);
+            goto done;
+        }
+        bool trivial = true;
+        for (int64_t pos = 0; pos < cols; pos++) {
+            out->g_idx[perm[pos]] = (int32_t)(pos / out->group_size);
+            trivial = trivial && perm[pos] / out->group_size == pos / out->group_size;
+        }
+        if (trivial) { /* the order kept every column in its own group */
+            free(out->g_idx);
+            out->g_idx = NULL;
+        }
+    }
+    if (report) *report = rep;
+done:
+    free(perm);
+    free(dead);
+    free(diag);
+    free(U);
+    if (st != DSQ_OK) dsq_intq_free(out);
+    return st;
+}

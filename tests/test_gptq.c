@@ -1,0 +1,398 @@
+/* GPTQ (quantizers/gptq.h).
+ *
+ * - the Hessian helper equals 2/n X^T X, whichever way the rows are batched.
+ * - the upper factor of H^-1 equals the reference's literal route
+ *   (Cholesky -> inverse -> upper Cholesky, written here naively) and satisfies
+ *   U^T U = H^-1, on a size that is not a multiple of the block width.
+ * - a diagonal (and a scaled identity) Hessian leaves nothing to compensate:
+ *   codes, scales and zeros equal RTN's exactly, for every bits/group/sym, with
+ *   and without act-order + static groups.
+ * - correlated inputs: ||X W^T - X Wq^T|| of GPTQ never above RTN's.
+ * - act-order: g_idx is a valid grouping (each group exactly group_size
+ *   columns, in descending-diagonal order) and dequantizes sensibly.
+ * - dead columns (singular H): quantized, reported, dequantize to exactly 0.
+ * - an indefinite H is retried with more dampening, and a hopeless one fails
+ *   naming the layer and the dampening tried. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/status.h"
+#include "quantizers/gptq.h"
+#include "quantizers/intq.h"
+#include "tests/helpers/testutil.h"
+
+/* x [n x cols] with correlated columns: x = z * A, A upper-triangular-ish mix. */
+static float *correlated_inputs(int n, int cols, uint64_t seed)
+{
+    float *a = malloc(sizeof(float) * cols * cols), *z = malloc(sizeof(float) * cols),
+          *x = malloc(sizeof(float) * n * cols);
+    for (int i = 0; i < cols * cols; i++) a[i] = 0.0f;
+    for (int i = 0; i < cols; i++) {
+        a[i * cols + i] = 1.0f + 0.5f * (float)(i % 5);
+        for (int j = i + 1; j < cols && j < i + 6; j++) a[i * cols + j] = 0.6f * dsq_test_randn(&seed);
+    }
+    for (int t = 0; t < n; t++) {
+        for (int i = 0; i < cols; i++) z[i] = dsq_test_randn(&seed);
+        for (int j = 0; j < cols; j++) {
+            float s = 0.0f;
+            for (int i = 0; i < cols; i++) s += z[i] * a[i * cols + j];
+            x[t * cols + j] = s;
+        }
+    }
+    free(a);
+    free(z);
+    return x;
+}
+
+static double *hessian_of(const float *x, int n, int cols)
+{
+    dsq_hessian h;
+    assert_int_equal(dsq_hessian_init(&h, cols), DSQ_OK);
+    assert_int_equal(dsq_hessian_add(&h, x, n), DSQ_OK);
+    assert_int_equal(dsq_hessian_finalize(&h), DSQ_OK);
+    return h.h; /* caller frees */
+}
+
+static float *random_weight(int rows, int cols, uint64_t seed)
+{
+    float *w = malloc(sizeof(float) * rows * cols);
+    for (int i = 0; i < rows * cols; i++) w[i] = 0.05f * dsq_test_randn(&seed);
+    return w;
+}
+
+static void test_hessian_accumulate(void **state)
+{
+    (void)state;
+    const int n = 100, cols = 40;
+    float *x = correlated_inputs(n, cols, 1);
+    dsq_hessian h;
+    assert_int_equal(dsq_hessian_init(&h, cols), DSQ_OK);
+    assert_int_equal(dsq_hessian_add(&h, x, 37), DSQ_OK);
+    assert_int_equal(dsq_hessian_add(&h, x + 37 * cols, 0), DSQ_OK);
+    assert_int_equal(dsq_hessian_add(&h, x + 37 * cols, n - 37), DSQ_OK);
+    assert_int_equal(dsq_hessian_finalize(&h), DSQ_OK);
+    assert_int_equal(h.n, n);
+    for (int i = 0; i < cols; i++)
+        for (int j = 0; j < cols; j++) {
+            double s = 0.0;
+            for (int t = 0; t < n; t++) s += (double)x[t * cols + i] * (double)x[t * cols + j];
+            s *= 2.0 / n;
+            assert_true(fabs(h.h[i * cols + j] - s) <= 1e-12 * (1.0 + fabs(s)));
+        }
+    assert_int_equal(dsq_hessian_add(&h, x, 1), DSQ_ERR_ARG); /* finalized */
+    dsq_hessian_free(&h);
+    assert_int_equal(dsq_hessian_init(&h, cols), DSQ_OK);
+    assert_int_equal(dsq_hessian_finalize(&h), DSQ_ERR_ARG); /* nothing added */
+    x[5] = NAN;
+    dsq_hessian_free(&h);
+    assert_int_equal(dsq_hessian_init(&h, cols), DSQ_OK);
+    assert_int_equal(dsq_hessian_add(&h, x, 2), DSQ_ERR_NUMERIC);
+    dsq_hessian_free(&h);
+    free(x);
+}
+
+/* The reference route, naively: L = chol(H); Hi = L^-T L^-1; U = chol(Hi) upper. */
+static void reference_hinv_upper(const double *H, int n, double damp, double *U)
+{
+    double *L = calloc((size_t)n * n, sizeof(double)), *Li = calloc((size_t)n * n, sizeof(double));
+    double *Hi = calloc((size_t)n * n, sizeof(double));
+    for (int j = 0; j < n; j++) {
+        double d = H[j * n + j] + damp;
+        for (int k = 0; k < j; k++) d -= L[j * n + k] * L[j * n + k];
+        L[j * n + j] = sqrt(d);
+        for (int i = j + 1; i < n; i++) {
+            double s = H[i * n + j];
+            for (int k = 0; k < j; k++) s -= L[i * n + k] * L[j * n + k];
+            L[i * n + j] = s / L[j * n + j];
+        }
+    }
+    for (int j = 0; j < n; j++) /* column j of L^-1 */
+        for (int i = j; i < n; i++) {
+            double s = i == j ? 1.0 : 0.0;
+            for (int k = j; k < i; k++) s -= L[i * n + k] * Li[k * n + j];
+            Li[i * n + j] = s / L[i * n + i];
+        }
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            double s = 0.0;
+            for (int k = 0; k < n; k++) s += Li[k * n + i] * Li[k * n + j];
+            Hi[i * n + j] = s;
+        }
+    /* Upper Cholesky: Hi = U^T U. */
+    memset(U, 0, sizeof(double) * n * n);
+    for (int i = 0; i < n; i++) {
+        double d = Hi[i * n + i];
+        for (int k = 0; k < i; k++) d -= U[k * n + i] * U[k * n + i];
+        U[i * n + i] = sqrt(d);
+        for (int j = i + 1; j < n; j++) {
+            double s = Hi[i * n + j];
+            for (int k = 0; k < i; k++) s -= U[k * n + i] * U[k * n + j];
+            U[i * n + j] = s / U[i * n + i];
+        }
+    }
+    free(L);
+    free(Li);
+    free(Hi);
+}
+
+static void test_hinv_factor(void **state)
+{
+    (void)state;
+    const int n = 150, tokens = 400;
+    float *x = correlated_inputs(tokens, n, 2);
+    double *H = hessian_of(x, tokens, n);
+    double mean = 0.0;
+    for (int i = 0; i < n; i++) mean += H[i * n + i] / n;
+    double *U = malloc(sizeof(double) * n * n), *R = malloc(sizeof(double) * n * n);
+    assert_int_equal(dsq_gptq_hinv_upper(H, n, 0.01 * mean, U), DSQ_OK);
+    reference_hinv_upper(H, n, 0.01 * mean, R);
+    double maxabs = 0.0, maxdiff = 0.0;
+    for (int i = 0; i < n * n; i++) {
+        maxabs = fmax(maxabs, fabs(R[i]));
+        maxdiff = fmax(maxdiff, fabs(U[i] - R[i]));
+    }
+    assert_true(maxdiff <= 1e-9 * maxabs);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++) assert_true(U[i * n + j] == 0.0);
+    /* (H + damp I) U^T U = I */
+    for (int i = 0; i < n; i += 7)
+        for (int j = 0; j < n; j += 5) {
+            double s = 0.0;
+            for (int k = 0; k < n; k++) {
+                double hu = 0.0; /* (U^T U)[k][j] */
+                for (int m = 0; m <= (k < j ? k : j); m++) hu += U[m * n + k] * U[m * n + j];
+                s += (H[i * n + k] + (i == k ? 0.01 * mean : 0.0)) * hu;
+            }
+            assert_true(fabs(s - (i == j ? 1.0 : 0.0)) < 1e-8);
+        }
+    /* Not positive definite without dampening: a zero row. */
+    for (int j = 0; j < n; j++) H[3 * n + j] = H[j * n + 3] = 0.0;
+    assert_int_equal(dsq_gptq_hinv_upper(H, n, 0.0, U), DSQ_ERR_NUMERIC);
+    assert_non_null(strstr(dsq_errmsg(), "pivot 3"));
+    free(x);
+    free(H);
+    free(U);
+    free(R);
+}
+
+static void test_diagonal_equals_rtn(void **state)
+{
+    (void)state;
+    const int rows = 24, cols = 256;
+    float *w = random_weight(rows, cols, 3);
+    double *H = calloc((size_t)cols * cols, sizeof(double)), *I = calloc((size_t)cols * cols, sizeof(double));
+    uint64_t seed = 9;
+    for (int i = 0; i < cols; i++) {
+        H[i * cols + i] = 0.5 + fabs((double)dsq_test_randn(&seed));
+        I[i * cols + i] = 3.0;
+    }
+    const int bits[] = {2, 3, 4, 8}, gss[] = {32, 128, -1};
+    for (int b = 0; b < 4; b++)
+        for (int g = 0; g < 3; g++)
+            for (int sym = 0; sym < 2; sym++)
+                for (int mode = 0; mode < 3; mode++) {
+                    dsq_gptq_opts o = dsq_gptq_default_opts();
+                    o.q.bits = bits[b];
+                    o.q.group_size = gss[g];
+                    o.q.sym = sym;
+                    o.name = "diag";
+                    /* mode 0: plain; 1: act-order + static groups; 2: identity H, act-order */
+                    o.act_order = mode >= 1;
+                    o.static_groups = mode == 1;
+                    dsq_intq gq, rq;
+                    dsq_gptq_report rep;
+                    assert_int_equal(dsq_gptq_quantize(w, rows, cols, mode == 2 ? I : H, &o, &gq, &rep), DSQ_OK);
+                    assert_int_equal(dsq_intq_quantize(w, rows, cols, &o.q, NULL, &rq), DSQ_OK);
+                    assert_null(gq.g_idx); /* static groups or identity order: trivial g_idx */
+                    assert_memory_equal(gq.codes, rq.codes, (size_t)rows * cols);
+                    assert_memory_equal(gq.scales, rq.scales, sizeof(float) * rows * rq.n_groups);
+                    assert_memory_equal(gq.zeros, rq.zeros, (size_t)rows * rq.n_groups);
+                    assert_int_equal(rep.damp_tries, 1);
+                    assert_int_equal(rep.n_dead, 0);
+                    assert_true(rep.loss > 0.0 && isfinite(rep.loss));
+                    dsq_intq_free(&gq);
+                    dsq_intq_free(&rq);
+                }
+    free(w);
+    free(H);
+    free(I);
+}
+
+static double output_error(const float *x, int n, const float *w, const float *wq, int rows, int cols)
+{
+    double e = 0.0;
+    for (int t = 0; t < n; t++)
+        for (int r = 0; r < rows; r++) {
+            double s = 0.0;
+            for (int c = 0; c < cols; c++) s += (double)x[t * cols + c] * ((double)w[r * cols + c] - wq[r * cols + c]);
+            e += s * s;
+        }
+    return sqrt(e);
+}
+
+static void test_beats_rtn(void **state)
+{
+    (void)state;
+    const int rows = 32, cols = 128, n = 512;
+    float *x = correlated_inputs(n, cols, 4);
+    double *H = hessian_of(x, n, cols);
+    float *w = random_weight(rows, cols, 5), *wq = malloc(sizeof(float) * rows * cols);
+    const int bits[] = {2, 3, 4, 8}, gss[] = {32, 128};
+    for (int b = 0; b < 4; b++)
+        for (int g = 0; g < 2; g++)
+            for (int sym = 0; sym < 2; sym++)
+                for (int act = 0; act < 2; act++) {
+                    dsq_gptq_opts o = dsq_gptq_default_opts();
+                    o.q.bits = bits[b];
+                    o.q.group_size = gss[g];
+                    o.q.sym = sym;
+                    o.act_order = act;
+                    o.block_size = 64; /* exercise the lazy batch update across blocks */
+                    dsq_intq gq, rq;
+                    dsq_gptq_report rep;
+                    assert_int_equal(dsq_gptq_quantize(w, rows, cols, H, &o, &gq, &rep), DSQ_OK);
+                    assert_int_equal(dsq_intq_validate(&gq), DSQ_OK);
+                    assert_int_equal(dsq_intq_dequantize(&gq, wq), DSQ_OK);
+                    double eg = output_error(x, n, w, wq, rows, cols);
+                    assert_int_equal(dsq_intq_quantize(w, rows, cols, &o.q, NULL, &rq), DSQ_OK);
+                    assert_int_equal(dsq_intq_dequantize(&rq, wq), DSQ_OK);
+                    double er = output_error(x, n, w, wq, rows, cols);
+                    if (!(eg <= er))
+                        fail_msg("bits %d group %d sym %d act %d: GPTQ %g > RTN %g", bits[b], gss[g], sym, act, eg, er);
+                    dsq_intq_free(&gq);
+                    dsq_intq_free(&rq);
+                }
+    free(x);
+    free(H);
+    free(w);
+    free(wq);
+}
+
+static void test_act_order_g_idx(void **state)
+{
+    (void)state;
+    const int rows = 16, cols = 128, n = 300, gs = 32;
+    float *x = correlated_inputs(n, cols, 6);
+    double *H = hessian_of(x, n, cols);
+    float *w = random_weight(rows, cols, 7), *wq = malloc(sizeof(float) * rows * cols);
+    dsq_gptq_opts o = dsq_gptq_default_opts();
+    o.q.group_size = gs;
+    o.act_order = true;
+    dsq_intq q;
+    assert_int_equal(dsq_gptq_quantize(w, rows, cols, H, &o, &q, NULL), DSQ_OK);
+    assert_non_null(q.g_idx);
+    int count[4] = {0};
+    bool trivial = true;
+    for (int c = 0; c < cols; c++) {
+        assert_true(q.g_idx[c] >= 0 && q.g_idx[c] < 4);
+        count[q.g_idx[c]]++;
+        if (q.g_idx[c] != c / gs) trivial = false;
+    }
+    for (int g = 0; g < 4; g++) assert_int_equal(count[g], gs);
+    assert_false(trivial); /* the inputs' diagonal is not sorted */
+    /* A column in an earlier group never has a smaller diagonal than one in a later group. */
+    for (int a = 0; a < cols; a++)
+        for (int b = 0; b < cols; b++)
+            if (q.g_idx[a] < q.g_idx[b]) assert_true(H[a * cols + a] >= H[b * cols + b]);
+    assert_int_equal(dsq_intq_validate(&q), DSQ_OK);
+    assert_int_equal(dsq_intq_dequantize(&q, wq), DSQ_OK);
+    for (int i = 0; i < rows * cols; i++) assert_true(fabsf(wq[i] - w[i]) < 0.25f);
+    dsq_intq_free(&q);
+
+    /* static groups: groups stay the original ones (g_idx trivial, left NULL). */
+    o.static_groups = true;
+    assert_int_equal(dsq_gptq_quantize(w, rows, cols, H, &o, &q, NULL), DSQ_OK);
+    assert_null(q.g_idx);
+    dsq_intq_free(&q);
+    free(x);
+    free(H);
+    free(w);
+    free(wq);
+}
+
+static void test_dead_columns(void **state)
+{
+    (void)state;
+    const int rows = 8, cols = 64, n = 200;
+    float *x = correlated_inputs(n, cols, 8);
+    for (int t = 0; t < n; t++) x[t * cols + 5] = x[t * cols + 40] = 0.0f; /* never-active inputs */
+    double *H = hessian_of(x, n, cols);
+    float *w = random_weight(rows, cols, 9), *wq = malloc(sizeof(float) * rows * cols);
+    for (int act = 0; act < 2; act++) {
+        dsq_gptq_opts o = dsq_gptq_default_opts();
+        o.q.group_size = 32;
+        o.q.sym = false;
+        o.act_order = act;
+        o.percdamp = 0.0; /* the dead diagonal alone must make H factor */
+        dsq_intq q;
+        dsq_gptq_report rep;
+        assert_int_equal(dsq_gptq_quantize(w, rows, cols, H, &o, &q, &rep), DSQ_OK);
+        assert_int_equal(rep.n_dead, 2);
+        assert_int_equal(dsq_intq_dequantize(&q, wq), DSQ_OK);
+        for (int r = 0; r < rows; r++) {
+            assert_true(wq[r * cols + 5] == 0.0f);
+            assert_true(wq[r * cols + 40] == 0.0f);
+        }
+        dsq_intq_free(&q);
+    }
+    free(x);
+    free(H);
+    free(w);
+    free(wq);
+}
+
+static void test_damping_retry_and_failure(void **state)
+{
+    (void)state;
+    const int cols = 32, rows = 4;
+    double *H = calloc((size_t)cols * cols, sizeof(double));
+    for (int i = 0; i < cols; i++) H[i * cols + i] = 1.0;
+    H[1] = H[cols] = 1.05; /* eigenvalue -0.05: needs dampening above 5% */
+    float *w = random_weight(rows, cols, 10);
+    dsq_gptq_opts o = dsq_gptq_default_opts();
+    o.q.group_size = 32;
+    o.name = "model.layers.3.mlp.down_proj";
+    dsq_intq q;
+    dsq_gptq_report rep;
+    assert_int_equal(dsq_gptq_quantize(w, rows, cols, H, &o, &q, &rep), DSQ_OK);
+    assert_int_equal(rep.damp_tries, 4); /* 0.01, 0.02, 0.04 fail; 0.08 works */
+    assert_true(rep.percdamp == 0.08);
+    dsq_intq_free(&q);
+    /* eigenvalue -2: even dampening 1 x mean diagonal cannot fix it. */
+    H[1] = H[cols] = 3.0;
+    assert_int_equal(dsq_gptq_quantize(w, rows, cols, H, &o, &q, &rep), DSQ_ERR_NUMERIC);
+    const char *m = dsq_errmsg();
+    assert_non_null(strstr(m, "model.layers.3.mlp.down_proj"));
+    assert_non_null(strstr(m, "0.01 to 1"));
+    assert_non_null(strstr(m, "tries"));
+    assert_null(q.codes);
+    /* Bad input is named too. */
+    H[1] = H[cols] = 0.0;
+    w[7] = NAN;
+    assert_int_equal(dsq_gptq_quantize(w, rows, cols, H, &o, &q, &rep), DSQ_ERR_NUMERIC);
+    assert_non_null(strstr(dsq_errmsg(), "column 7"));
+    w[7] = 0.0f;
+    o.q.group_size = 128;
+    assert_int_equal(dsq_gptq_quantize(w, rows, cols, H, &o, &q, &rep), DSQ_ERR_ARG);
+    assert_non_null(strstr(dsq_errmsg(), "down_proj"));
+    free(H);
+    free(w);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hessian_accumulate),        cmocka_unit_test(test_hinv_factor),
+        cmocka_unit_test(test_diagonal_equals_rtn),       cmocka_unit_test(test_beats_rtn),
+        cmocka_unit_test(test_act_order_g_idx),           cmocka_unit_test(test_dead_columns),
+        cmocka_unit_test(test_damping_retry_and_failure),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
