@@ -14,6 +14,7 @@ typedef struct dsq_cmd {
 
 int dsq_cmd_info(int argc, char **argv);
 int dsq_cmd_convert(int argc, char **argv);
+int dsq_cmd_gguf(int argc, char **argv);
 int dsq_cmd_ppl(int argc, char **argv);
 int dsq_cmd_tokenize(int argc, char **argv);
 

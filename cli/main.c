@@ -8,6 +8,7 @@
 static const dsq_cmd g_cmds[] = {
     {"info", "show format, architecture, tensors and metadata of a model", dsq_cmd_info},
     {"convert", "convert between a Hugging Face folder and GGUF", dsq_cmd_convert},
+    {"gguf", "quantize to GGUF like llama-quantize (from GGUF or a HF folder)", dsq_cmd_gguf},
     {"ppl", "perplexity of a model on a text (llama.cpp or AWQ/GPTQ protocol)", dsq_cmd_ppl},
     {"tokenize", "text to token ids and back with a model's tokenizer", dsq_cmd_tokenize},
 };

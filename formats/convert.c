@@ -83,7 +83,9 @@ static double now_s(void)
 typedef struct plan_item {
     uint64_t src;   /* index in the input; UINT64_MAX for a generated tensor */
     char name[NAME_CAP];
+    dsq_type src_type; /* input type */
     dsq_type type;  /* output type */
+    bool keep_f32;  /* HF -> GGUF: F32 whatever the dtype (1-D, norms, non-weights) */
     dsq_permute_kind perm;
     int n_dims;
     int64_t shape[DSQ_MAX_DIMS];
@@ -119,6 +121,7 @@ static dsq_status plan_push(plan *p, plan_item **out)
 
 static dsq_status plan_finish_item(plan_item *it, const dsq_tensor *src)
 {
+    it->src_type = src->type;
     it->n_dims = src->n_dims > 0 ? src->n_dims : 1;
     it->shape[0] = 1;
     for (int d = 0; d < src->n_dims; d++) it->shape[d] = src->shape[d];
@@ -267,22 +270,31 @@ static dsq_status grow_whole(streamer *s, uint64_t nbytes)
     return DSQ_OK;
 }
 
+/* The whole tensor converted to `out` (a plain float type) into dst, its
+ * rows permuted when the plan says so. scratch: NULL or as big as dst. */
+static dsq_status convert_whole(streamer *s, const dsq_tensor *src, const plan_item *it, dsq_type out, void *dst,
+                                void *scratch)
+{
+    uint64_t n = dsq_tensor_nelems(src);
+    uint32_t be = dsq_type_get((int)src->type)->block_elems;
+    uint64_t step = CHUNK_ELEMS / be * be;
+    uint32_t oes = dsq_type_get((int)out)->block_bytes;
+    for (uint64_t off = 0; off < n; off += step) {
+        uint64_t len = n - off < step ? n - off : step;
+        DSQ_TRY(produce(s, src, out, off, len, (uint8_t *)dst + off * oes));
+    }
+    if (it->perm == DSQ_PERMUTE_NONE) return DSQ_OK;
+    int64_t rows = it->shape[0];
+    size_t row_bytes = (size_t)(n / (uint64_t)rows * oes);
+    return dsq_permute_rows(s->arch, it->perm, s->to_gguf, dst, rows, row_bytes, scratch);
+}
+
 /* Q/K projections: the whole tensor is converted, then its rows permuted. */
 static dsq_status stream_permuted(streamer *s, const dsq_tensor *src, const plan_item *it, uint64_t *bad)
 {
     DSQ_TRY(grow_whole(s, it->nbytes));
-    uint64_t n = dsq_tensor_nelems(src);
-    uint32_t be = dsq_type_get((int)src->type)->block_elems;
-    uint64_t step = CHUNK_ELEMS / be * be;
-    uint32_t oes = dsq_type_get((int)it->type)->block_bytes;
-    for (uint64_t off = 0; off < n; off += step) {
-        uint64_t len = n - off < step ? n - off : step;
-        DSQ_TRY(produce(s, src, it->type, off, len, s->whole + off * oes));
-    }
-    *bad += count_nonfinite(it->type, s->whole, n);
-    int64_t rows = it->shape[0];
-    size_t row_bytes = (size_t)(it->nbytes / (uint64_t)rows);
-    DSQ_TRY(dsq_permute_rows(s->arch, it->perm, s->to_gguf, s->whole, rows, row_bytes, s->scratch));
+    DSQ_TRY(convert_whole(s, src, it, it->type, s->whole, s->scratch));
+    *bad += count_nonfinite(it->type, s->whole, dsq_tensor_nelems(src));
     return s->sink(s->w, s->whole, it->nbytes);
 }
 
@@ -377,7 +389,9 @@ static dsq_status llama3_rope_factors(const dsq_arch *a, plan_item *it)
     }
     snprintf(it->name, sizeof it->name, "rope_freqs.weight");
     it->src = UINT64_MAX;
+    it->src_type = DSQ_TYPE_F32;
     it->type = DSQ_TYPE_F32;
+    it->keep_f32 = true;
     it->n_dims = 1;
     it->shape[0] = n;
     it->nbytes = (uint64_t)n * sizeof(float);
@@ -414,6 +428,7 @@ static dsq_status plan_hf_to_gguf(const dsq_arch *a, const dsq_st_model *m, dsq_
         it->src = i;
         DSQ_TRY(dsq_name_hf_to_gguf(a, t.name, it->name, sizeof it->name, &it->perm));
         it->type = gguf_tensor_type(it->name, t.n_dims, ftype);
+        it->keep_f32 = gguf_tensor_type(it->name, t.n_dims, DSQ_TYPE_COUNT) == DSQ_TYPE_F32;
         DSQ_TRY(plan_finish_item(it, &t));
     }
     if (p->n == 0) return dsq_fail(DSQ_ERR_FORMAT, "no tensors to convert");
@@ -467,29 +482,6 @@ static dsq_status write_gguf_kvs(dsq_gguf_writer *w, const dsq_arch *a, const ch
     return DSQ_OK;
 }
 
-static dsq_status hf_to_gguf_run(const char *in_dir, const char *out_path, dsq_convert_dtype dtype, bool overwrite,
-                                 dsq_checkpoint *c, plan *p, dsq_gguf_writer **wp)
-{
-    const dsq_arch *a = &c->arch;
-    dsq_type ftype = dtype == DSQ_CONVERT_AUTO ? hf_auto_type(c->st) : dtype_to_type(dtype);
-    DSQ_LOGI("%s -> %s (%s, %s)", in_dir, out_path, a->hf_architecture, dsq_type_name(ftype));
-    DSQ_TRY(plan_hf_to_gguf(a, c->st, ftype, p));
-    DSQ_TRY(dsq_gguf_writer_new(wp));
-    dsq_gguf_writer *w = *wp;
-    DSQ_TRY(write_gguf_kvs(w, a, in_dir, ftype, p));
-    for (size_t i = 0; i < p->n; i++) {
-        const plan_item *it = &p->items[i];
-        DSQ_TRY(dsq_gguf_add_tensor(w, it->name, it->type, it->n_dims, it->shape));
-    }
-    DSQ_TRY(dsq_gguf_writer_begin(w, out_path, overwrite));
-    streamer s;
-    DSQ_TRY(streamer_init(&s, a, true, sink_gguf, w));
-    dsq_status st = stream_all(&s, p, c->st, view_st);
-    streamer_free(&s);
-    DSQ_TRY(st);
-    return dsq_gguf_writer_finish(w);
-}
-
 /* A folder must hold config.json; said plainly before anything else. */
 static dsq_status check_hf_dir(const char *in_dir)
 {
@@ -500,21 +492,129 @@ static dsq_status check_hf_dir(const char *in_dir)
     return DSQ_OK;
 }
 
+struct dsq_hf_source {
+    char *dir;
+    dsq_checkpoint *c;
+    dsq_type dtype;
+    plan p;
+    dsq_hf_source_tensor *pub; /* p.n entries, names pointing into p */
+};
+
+void dsq_hf_source_close(dsq_hf_source *s)
+{
+    if (!s) return;
+    free(s->pub);
+    plan_free(&s->p);
+    dsq_checkpoint_close(s->c);
+    free(s->dir);
+    free(s);
+}
+
+static dsq_status hf_source_publish(dsq_hf_source *s)
+{
+    s->pub = calloc(s->p.n, sizeof *s->pub);
+    if (!s->pub) return dsq_fail(DSQ_ERR_NOMEM, "out of memory planning %zu tensors", s->p.n);
+    for (size_t i = 0; i < s->p.n; i++) {
+        const plan_item *it = &s->p.items[i];
+        dsq_hf_source_tensor *t = &s->pub[i];
+        t->name = it->name;
+        t->src_type = it->src_type;
+        t->type = it->type;
+        t->keep_f32 = it->keep_f32;
+        t->generated = it->generated != NULL;
+        t->n_dims = it->n_dims;
+        memcpy(t->shape, it->shape, sizeof t->shape);
+    }
+    return DSQ_OK;
+}
+
+static dsq_status hf_source_init(dsq_hf_source *s, const char *in_dir, dsq_convert_dtype dtype)
+{
+    if (!(s->dir = strdup(in_dir))) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
+    DSQ_TRY(dsq_checkpoint_open(in_dir, &s->c));
+    DSQ_TRY(dsq_checkpoint_require_arch(s->c));
+    s->dtype = dtype == DSQ_CONVERT_AUTO ? hf_auto_type(s->c->st) : dtype_to_type(dtype);
+    DSQ_TRY(plan_hf_to_gguf(&s->c->arch, s->c->st, s->dtype, &s->p));
+    return hf_source_publish(s);
+}
+
+dsq_status dsq_hf_source_open(const char *in_dir, dsq_convert_dtype dtype, dsq_hf_source **out)
+{
+    *out = NULL;
+    DSQ_TRY(check_hf_dir(in_dir));
+    dsq_hf_source *s = calloc(1, sizeof *s);
+    if (!s) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
+    dsq_status st = hf_source_init(s, in_dir, dtype);
+    if (st != DSQ_OK) {
+        dsq_hf_source_close(s);
+        return st;
+    }
+    *out = s;
+    return DSQ_OK;
+}
+
+size_t dsq_hf_source_count(const dsq_hf_source *s) { return s->p.n; }
+const dsq_hf_source_tensor *dsq_hf_source_tensor_at(const dsq_hf_source *s, size_t i) { return &s->pub[i]; }
+const dsq_arch *dsq_hf_source_arch(const dsq_hf_source *s) { return &s->c->arch; }
+dsq_type dsq_hf_source_dtype(const dsq_hf_source *s) { return s->dtype; }
+
+dsq_status dsq_hf_source_write_kvs(const dsq_hf_source *s, dsq_gguf_writer *w)
+{
+    return write_gguf_kvs(w, &s->c->arch, s->dir, s->dtype, &s->p);
+}
+
+dsq_status dsq_hf_source_fetch_f32(dsq_hf_source *s, size_t i, float *dst)
+{
+    if (i >= s->p.n) return dsq_fail(DSQ_ERR_ARG, "%s: tensor index %zu out of range", s->dir, i);
+    const plan_item *it = &s->p.items[i];
+    if (it->generated) {
+        memcpy(dst, it->generated, (size_t)it->nbytes);
+        return DSQ_OK;
+    }
+    dsq_tensor t;
+    DSQ_TRY(dsq_st_model_view(s->c->st, (size_t)it->src, &t));
+    /* Only the permutation's arch and direction are needed: F32 output
+     * goes straight into dst without the chunk buffers. */
+    streamer conv = {.arch = &s->c->arch, .to_gguf = true};
+    dsq_status st = convert_whole(&conv, &t, it, DSQ_TYPE_F32, dst, NULL);
+    streamer_free(&conv);
+    if (st != DSQ_OK) return dsq_fail_context(st, "tensor %s", it->name);
+    return DSQ_OK;
+}
+
+static dsq_status hf_to_gguf_run(dsq_hf_source *src, const char *out_path, bool overwrite, dsq_gguf_writer **wp)
+{
+    const dsq_arch *a = &src->c->arch;
+    const plan *p = &src->p;
+    DSQ_LOGI("%s -> %s (%s, %s)", src->dir, out_path, a->hf_architecture, dsq_type_name(src->dtype));
+    DSQ_TRY(dsq_gguf_writer_new(wp));
+    dsq_gguf_writer *w = *wp;
+    DSQ_TRY(dsq_hf_source_write_kvs(src, w));
+    for (size_t i = 0; i < p->n; i++) {
+        const plan_item *it = &p->items[i];
+        DSQ_TRY(dsq_gguf_add_tensor(w, it->name, it->type, it->n_dims, it->shape));
+    }
+    DSQ_TRY(dsq_gguf_writer_begin(w, out_path, overwrite));
+    streamer s;
+    DSQ_TRY(streamer_init(&s, a, true, sink_gguf, w));
+    dsq_status st = stream_all(&s, p, src->c->st, view_st);
+    streamer_free(&s);
+    DSQ_TRY(st);
+    return dsq_gguf_writer_finish(w);
+}
+
 dsq_status dsq_convert_hf_to_gguf(const char *in_dir, const char *out_path, dsq_convert_dtype dtype, bool overwrite)
 {
     DSQ_TRY(check_hf_dir(in_dir));
     if (dsq_is_dir(out_path)) return dsq_fail(DSQ_ERR_EXISTS, "%s: is a folder (the GGUF output is a file)", out_path);
     if (!overwrite && dsq_exists(out_path))
         return dsq_fail(DSQ_ERR_EXISTS, "%s: already exists (use --force to replace it)", out_path);
-    dsq_checkpoint *c = NULL;
-    DSQ_TRY(dsq_checkpoint_open(in_dir, &c));
-    plan p = {0};
+    dsq_hf_source *src = NULL;
+    DSQ_TRY(dsq_hf_source_open(in_dir, dtype, &src));
     dsq_gguf_writer *w = NULL;
-    dsq_status st = dsq_checkpoint_require_arch(c);
-    if (st == DSQ_OK) st = hf_to_gguf_run(in_dir, out_path, dtype, overwrite, c, &p, &w);
+    dsq_status st = hf_to_gguf_run(src, out_path, overwrite, &w);
     if (w) dsq_gguf_writer_free(w); /* after a failure this removes the temporary */
-    plan_free(&p);
-    dsq_checkpoint_close(c);
+    dsq_hf_source_close(src);
     return st;
 }
 

@@ -19,7 +19,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/dtype.h"
 #include "core/status.h"
+#include "core/tensor.h"
+#include "formats/gguf.h"
+#include "formats/hf_config.h"
 
 typedef enum dsq_convert_dtype {
     /* HF -> GGUF: like convert_hf_to_gguf.py --outtype auto, f16 when the
@@ -48,6 +52,40 @@ dsq_status dsq_convert_hf_to_gguf(const char *in_dir, const char *out_path, dsq_
  * new one is complete). max_shard_bytes 0 means the default. */
 dsq_status dsq_convert_gguf_to_hf(const char *in_gguf, const char *out_dir, dsq_convert_dtype dtype, bool overwrite,
                                   uint64_t max_shard_bytes);
+
+/* ---- the HF -> GGUF source ----
+ * A Hugging Face folder seen as the GGUF file `dsquant convert` would make
+ * of it, without writing that file: the planned tensors (GGUF names, shapes,
+ * the rope_freqs table it generates), the KVs, and each tensor's values on
+ * demand in GGUF layout (Llama Q/K rows permuted). dsq_convert_hf_to_gguf
+ * streams it into a file; `dsquant gguf` quantizes straight from it. */
+typedef struct dsq_hf_source dsq_hf_source;
+
+typedef struct dsq_hf_source_tensor {
+    const char *name;  /* GGUF name (valid while the source is open) */
+    dsq_type src_type; /* type in the safetensors file (F32 for a generated tensor) */
+    dsq_type type;     /* type dsquant convert writes for the source's dtype */
+    bool keep_f32;     /* 1-D, a norm or not ".weight": F32 whatever the dtype */
+    bool generated;    /* made from config.json (rope_freqs.weight), not read */
+    int n_dims;
+    int64_t shape[DSQ_MAX_DIMS]; /* outermost first; shape[n_dims-1] is the row length */
+} dsq_hf_source_tensor;
+
+/* Opens in_dir (config.json required, architecture known) and plans every
+ * tensor. dtype picks the `type` of the 2-D weights as dsq_convert_hf_to_gguf does. */
+dsq_status dsq_hf_source_open(const char *in_dir, dsq_convert_dtype dtype, dsq_hf_source **out);
+void dsq_hf_source_close(dsq_hf_source *s);
+size_t dsq_hf_source_count(const dsq_hf_source *s);
+/* i < dsq_hf_source_count(s). */
+const dsq_hf_source_tensor *dsq_hf_source_tensor_at(const dsq_hf_source *s, size_t i);
+const dsq_arch *dsq_hf_source_arch(const dsq_hf_source *s);
+/* The resolved dtype (auto already decided). */
+dsq_type dsq_hf_source_dtype(const dsq_hf_source *s);
+/* Every KV dsquant convert writes, in its order (general.file_type for the dtype). */
+dsq_status dsq_hf_source_write_kvs(const dsq_hf_source *s, dsq_gguf_writer *w);
+/* Tensor i as F32 in GGUF layout into dst (elements = product of shape).
+ * NaN/Inf values are passed on unchanged and unreported. */
+dsq_status dsq_hf_source_fetch_f32(dsq_hf_source *s, size_t i, float *dst);
 
 /* Picks the direction from what `in` is: a GGUF file -> HF folder, a folder
  * -> GGUF file. A lone .safetensors file (no config) is refused. */

@@ -1,0 +1,93 @@
+/* `dsquant gguf`: quantizes a model into a GGUF file the way llama-quantize
+ * does (llama.cpp src/llama-quant.cpp llama_model_quantize_impl and
+ * examples/quantize/quantize.cpp at c392e509).
+ *
+ * The input is a GGUF file (any architecture; every KV copied) or a Hugging
+ * Face folder, read through the HF -> GGUF source of formats/convert.h: the
+ * same names, Q/K permutation and KVs as `dsquant convert`, but no
+ * intermediate file. A HF tensor counts as stored in its safetensors type
+ * (F32, F16 or BF16; other floats as F32), norms and 1-D tensors as F32, so a
+ * folder gives the same bytes as the F32 GGUF of the same weights.
+ *
+ * Per tensor type: quantizers/mixes.h. Tensors are visited and written in
+ * llama.cpp's order (dsq_mix_order). A tensor that keeps its type is copied
+ * byte for byte; the others are taken to F32 (dequantized when quantized,
+ * which needs allow_requantize) and quantized row by row on n_threads
+ * threads; the bytes never depend on the thread count. Memory: one tensor's
+ * F32 values and its quantized bytes at a time.
+ *
+ * Output KVs as llama-quantize writes them: the input's KVs, then
+ * general.quantization_version = 2 and general.file_type = the ftype (in place
+ * when present), split.* keys removed, and with an importance matrix
+ * quantize.imatrix.file, quantize.imatrix.dataset (when the file names one),
+ * quantize.imatrix.entries_count (i32) and quantize.imatrix.chunks_count (i32,
+ * when > 0).
+ *
+ * Every weight (copied tensors included, as llama.cpp validates every tensor
+ * it loads) must be finite: a NaN/Inf stops the run naming the tensor, row and
+ * column. On any failure the output is not created. */
+#ifndef DSQ_FORMATS_GGUF_QUANTIZE_H
+#define DSQ_FORMATS_GGUF_QUANTIZE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "formats/imatrix.h"
+#include "quantizers/mixes.h"
+
+typedef struct dsq_gguf_quantize_options {
+    dsq_ftype ftype;
+    bool pure;             /* --pure: every quantized tensor gets the ftype's default type */
+    bool leave_output;     /* --leave-output: output.weight keeps its type */
+    bool allow_requantize; /* quantized input tensors may be dequantized and quantized again */
+    bool overwrite;        /* replace an existing output */
+    dsq_type output_type;     /* --output-type, or DSQ_MIX_NO_TYPE */
+    dsq_type token_embd_type; /* --token-embedding-type, or DSQ_MIX_NO_TYPE */
+    /* Importance matrix: imatrix when the caller loaded (and maybe filtered)
+     * one, else loaded from imatrix_file; imatrix_file is what the output's
+     * quantize.imatrix.file records. Both NULL: none. */
+    const dsq_imatrix *imatrix;
+    const char *imatrix_file;
+    int n_threads; /* 0: one per core */
+} dsq_gguf_quantize_options;
+
+/* ftype with every option off, no overrides, no imatrix, all cores. */
+dsq_gguf_quantize_options dsq_gguf_quantize_defaults(dsq_ftype ftype);
+
+/* What happened to one tensor, in output order. */
+typedef struct dsq_gguf_quantize_tensor {
+    char *name;
+    dsq_type type_in;  /* as stored in the input (safetensors type for a HF folder) */
+    dsq_type type_out;
+    int n_dims;
+    int64_t ne[4];     /* ggml order: ne[0] is the row length */
+    uint64_t bytes_in, bytes_out;
+    bool quantized;    /* false: copied with its type */
+    bool fallback;     /* the block-size fallback chose the type */
+    bool imatrix;      /* quantized with importance weights */
+    char reason[128];  /* the mix's reason, from dsq_mix_choice */
+} dsq_gguf_quantize_tensor;
+
+typedef struct dsq_gguf_quantize_report {
+    dsq_ftype ftype;
+    size_t n_tensors;
+    dsq_gguf_quantize_tensor *tensors;
+    uint64_t n_elements; /* all tensors */
+    uint64_t bytes_in, bytes_out;
+    int n_quantized, n_copied, n_fallback, n_imatrix;
+    double seconds;
+} dsq_gguf_quantize_report;
+
+void dsq_gguf_quantize_report_free(dsq_gguf_quantize_report *r);
+
+/* in: a GGUF file or a HF folder; out: the GGUF file to write atomically
+ * (refused when it exists without opt->overwrite, and when it is the input).
+ * report (may be NULL) receives a summary to free with
+ * dsq_gguf_quantize_report_free; it is set only on success. */
+dsq_status dsq_gguf_quantize(const char *in, const char *out, const dsq_gguf_quantize_options *opt,
+                             dsq_gguf_quantize_report **report);
+
+#endif
