@@ -14,6 +14,7 @@ const char *dsq_linear_kind_name(dsq_linear_kind k)
     switch (k) {
     case DSQ_LINEAR_DENSE: return "dense";
     case DSQ_LINEAR_GGML: return "ggml";
+    case DSQ_LINEAR_INTQ: return "intq";
     }
     return "?";
 }

@@ -24,6 +24,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "quantizers/intq.h"
 
 /* Up to this many rows the decode path is cheaper: the batched one turns all
  * of W into F32 on every call. */
@@ -32,6 +33,7 @@
 typedef enum dsq_linear_kind {
     DSQ_LINEAR_DENSE = 0, /* F32, F16 or BF16 rows */
     DSQ_LINEAR_GGML,      /* a GGUF block type (Q4_0 .. Q6_K, IQ4_NL, IQ4_XS, ...) */
+    DSQ_LINEAR_INTQ,      /* INTn groups from AWQ / GPTQ / compressed-tensors (linear_intq.c) */
 } dsq_linear_kind;
 
 typedef struct dsq_linear dsq_linear;
@@ -81,5 +83,22 @@ dsq_status dsq_linear_forward_gemv(const dsq_linear *W, const float *x, float *y
 dsq_status dsq_linear_rows_f32(const dsq_linear *W, int64_t r0, int64_t nr, float *dst);
 
 const char *dsq_linear_kind_name(dsq_linear_kind k);
+
+/* ---- INT group storage (runtime/linear_intq.c) ----
+ * The weights of an AutoAWQ / GPTQ / compressed-tensors linear: codes of 2, 3,
+ * 4 or 8 bits (4-bit kept as nibbles, 8-bit as bytes, 2/3-bit as one byte
+ * each), an F32 scale and an integer zero per (row, group), and optionally a
+ * GPTQ act-order g_idx. Columns are stored sorted by group, so every group is
+ * contiguous and the activation is permuted once per token instead.
+ * Decode: W x = sum_g s_g (sum_{k in g} q_k x_k - z_g sum_{k in g} x_k), with
+ * the group sums of x prepared once per token (AVX2/FMA or scalar). Batched:
+ * tiles dequantized to F32 exactly as dsq_intq_dequantize does, then GEMM. */
+
+/* Copies q (codes, scales, zeros, g_idx: validated here) into a new storage
+ * owned by W; q may be freed afterwards. */
+dsq_status dsq_linear_init_intq(dsq_linear *W, const dsq_intq *q);
+bool dsq_linear_is_intq(const dsq_linear *W);
+/* Bits per code of an INT group storage (0 for any other storage). */
+int dsq_linear_intq_bits(const dsq_linear *W);
 
 #endif

@@ -1,5 +1,8 @@
 /* Loading walks GGUF tensor names ("blk.N.attn_q.weight"); for a Hugging Face
- * folder each name is mapped to its HF twin with formats/hf_names.h. */
+ * folder each name is mapped to its HF twin with formats/hf_names.h. A folder
+ * whose config.json has a quantization_config (AWQ GEMM, GPTQ,
+ * compressed-tensors pack-quantized) gets its packed linears as INT group
+ * storages (runtime/model_quant.h); the rest of the model loads as usual. */
 #include "runtime/model.h"
 
 #include <stdint.h>
@@ -8,6 +11,7 @@
 #include <string.h>
 
 #include "formats/hf_names.h"
+#include "runtime/model_quant.h"
 
 static const char *const g_lin_names[DSQ_LIN_COUNT] = {"q", "k", "v", "o", "gate", "up", "down"};
 static const char *const g_lin_gguf[DSQ_LIN_COUNT] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
@@ -115,14 +119,39 @@ static dsq_status linear_from(dsq_model *m, dsq_tensor *t, int64_t out, int64_t 
     return dsq_linear_from_tensor(W, t);
 }
 
-static dsq_status load_linear(dsq_model *m, int layer, dsq_linear_id id, int64_t out, int64_t in)
+/* ---- quantized HF checkpoints (runtime/model_quant.h) ---- */
+
+/* Loads the linear whose GGUF weight name is `gguf` from its packed INTn
+ * tensors when the checkpoint has a quantization_config and packs it. */
+static dsq_status quant_linear(const dsq_model *m, const dsq_hfq *qc, const char *gguf, int64_t out, int64_t in,
+                               dsq_linear *W, bool *loaded)
+{
+    *loaded = false;
+    if (!qc || qc->method == DSQ_HFQ_NONE || m->ckpt->kind == DSQ_CKPT_GGUF) return DSQ_OK;
+    char hf[256];
+    dsq_permute_kind perm;
+    DSQ_TRY(dsq_name_gguf_to_hf(&m->arch, gguf, hf, sizeof hf, &perm));
+    size_t n = strlen(hf);
+    if (n < 7 || strcmp(hf + n - 7, ".weight") != 0)
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s: %s is not a weight name", m->ckpt->path, hf);
+    hf[n - 7] = '\0'; /* the module name */
+    return dsq_hfq_load_linear(qc, m->ckpt->st, hf, out, in, W, loaded);
+}
+
+/* ---- end of quantized HF checkpoints ---- */
+
+static dsq_status load_linear(dsq_model *m, const dsq_hfq *qc, int layer, dsq_linear_id id, int64_t out, int64_t in)
 {
     char name[96];
     dsq_tensor t;
     dsq_linear *W = &m->layers[layer].lin[id];
     snprintf(name, sizeof name, "blk.%d.%s.weight", layer, g_lin_gguf[id]);
-    DSQ_TRY(require(m, name, &t));
-    DSQ_TRY(linear_from(m, &t, out, in, W));
+    bool quantized;
+    DSQ_TRY(quant_linear(m, qc, name, out, in, W, &quantized));
+    if (!quantized) {
+        DSQ_TRY(require(m, name, &t));
+        DSQ_TRY(linear_from(m, &t, out, in, W));
+    }
     bool found;
     snprintf(name, sizeof name, "blk.%d.%s.bias", layer, g_lin_gguf[id]);
     DSQ_TRY(find(m, name, &t, &found));
@@ -132,7 +161,7 @@ static dsq_status load_linear(dsq_model *m, int layer, dsq_linear_id id, int64_t
     return dsq_linear_set_bias(W, DSQ_TYPE_F32, b, out);
 }
 
-static dsq_status load_layer(dsq_model *m, int l)
+static dsq_status load_layer(dsq_model *m, const dsq_hfq *qc, int l)
 {
     char name[96];
     dsq_tensor t;
@@ -143,16 +172,16 @@ static dsq_status load_layer(dsq_model *m, int l)
     snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
     DSQ_TRY(require(m, name, &t));
     DSQ_TRY(f32_vector(m, &t, m->dim, &L->ffn_norm));
-    DSQ_TRY(load_linear(m, l, DSQ_LIN_Q, m->q_dim, m->dim));
-    DSQ_TRY(load_linear(m, l, DSQ_LIN_K, m->kv_dim, m->dim));
-    DSQ_TRY(load_linear(m, l, DSQ_LIN_V, m->kv_dim, m->dim));
-    DSQ_TRY(load_linear(m, l, DSQ_LIN_O, m->dim, m->q_dim));
-    DSQ_TRY(load_linear(m, l, DSQ_LIN_GATE, m->ffn_dim, m->dim));
-    DSQ_TRY(load_linear(m, l, DSQ_LIN_UP, m->ffn_dim, m->dim));
-    return load_linear(m, l, DSQ_LIN_DOWN, m->dim, m->ffn_dim);
+    DSQ_TRY(load_linear(m, qc, l, DSQ_LIN_Q, m->q_dim, m->dim));
+    DSQ_TRY(load_linear(m, qc, l, DSQ_LIN_K, m->kv_dim, m->dim));
+    DSQ_TRY(load_linear(m, qc, l, DSQ_LIN_V, m->kv_dim, m->dim));
+    DSQ_TRY(load_linear(m, qc, l, DSQ_LIN_O, m->dim, m->q_dim));
+    DSQ_TRY(load_linear(m, qc, l, DSQ_LIN_GATE, m->ffn_dim, m->dim));
+    DSQ_TRY(load_linear(m, qc, l, DSQ_LIN_UP, m->ffn_dim, m->dim));
+    return load_linear(m, qc, l, DSQ_LIN_DOWN, m->dim, m->ffn_dim);
 }
 
-static dsq_status load_globals(dsq_model *m)
+static dsq_status load_globals(dsq_model *m, const dsq_hfq *qc)
 {
     dsq_tensor t;
     bool found;
@@ -167,9 +196,11 @@ static dsq_status load_globals(dsq_model *m)
     dsq_linear_release(&probe);
     DSQ_TRY(require(m, "output_norm.weight", &t));
     DSQ_TRY(f32_vector(m, &t, m->dim, &m->output_norm));
+    bool quantized;
+    DSQ_TRY(quant_linear(m, qc, "output.weight", m->vocab, m->dim, &m->output, &quantized));
     DSQ_TRY(find(m, "output.weight", &t, &found));
-    m->tied = !found;
-    DSQ_TRY(linear_from(m, found ? &t : &m->tok_embd, m->vocab, m->dim, &m->output));
+    m->tied = !found && !quantized;
+    if (!quantized) DSQ_TRY(linear_from(m, found ? &t : &m->tok_embd, m->vocab, m->dim, &m->output));
     if (m->ckpt->kind == DSQ_CKPT_GGUF) {
         DSQ_TRY(find(m, "rope_freqs.weight", &t, &found));
         if (found) DSQ_TRY(f32_vector(m, &t, m->arch.head_dim / 2, &m->rope_freq_factors));
@@ -200,9 +231,15 @@ static dsq_status load(dsq_model *m)
     DSQ_TRY(setup_arch(m));
     m->layers = calloc((size_t)m->arch.n_layers, sizeof *m->layers);
     if (!m->layers) return dsq_fail(DSQ_ERR_NOMEM, "model: out of memory");
-    DSQ_TRY(load_globals(m));
-    for (int l = 0; l < m->arch.n_layers; l++) DSQ_TRY(load_layer(m, l));
-    return DSQ_OK;
+    dsq_hfq qc;
+    if (m->ckpt->kind == DSQ_CKPT_HF_DIR)
+        DSQ_TRY(dsq_hfq_from_dir(m->ckpt->path, &qc));
+    else
+        memset(&qc, 0, sizeof qc);
+    dsq_status s = load_globals(m, &qc);
+    for (int l = 0; s == DSQ_OK && l < m->arch.n_layers; l++) s = load_layer(m, &qc, l);
+    dsq_hfq_free(&qc);
+    return s;
 }
 
 dsq_status dsq_model_open(const char *path, dsq_model **out)
