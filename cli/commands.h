@@ -16,6 +16,9 @@ int dsq_cmd_info(int argc, char **argv);
 int dsq_cmd_convert(int argc, char **argv);
 int dsq_cmd_gguf(int argc, char **argv);
 int dsq_cmd_ppl(int argc, char **argv);
+int dsq_cmd_kld(int argc, char **argv);
+int dsq_cmd_generate(int argc, char **argv);
+int dsq_cmd_imatrix(int argc, char **argv);
 int dsq_cmd_tokenize(int argc, char **argv);
 
 /* Shared helpers for subcommands (cli/common.c). */

