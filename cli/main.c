@@ -1,6 +1,8 @@
 /* dsquant: one program, one subcommand per job. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "core/log.h"
@@ -47,6 +49,16 @@ int main(int argc, char **argv)
     if (i >= argc) {
         usage(stderr);
         return 2;
+    }
+    /* `gguf` alternates I/O with one parallel region per tensor: libgomp's
+     * default spin-waiting then burns the idle cores between regions and, on
+     * a busy machine, makes 2 threads slower than 1 (docs/benchmarks.md).
+     * libgomp reads OMP_WAIT_POLICY when it loads, before main, so set it and
+     * re-execute once; an explicit user setting is left alone. */
+    if (!strcmp(argv[i], "gguf") && !getenv("OMP_WAIT_POLICY")) {
+        setenv("OMP_WAIT_POLICY", "passive", 1);
+        execv("/proc/self/exe", argv);
+        /* exec failed: carry on with the default policy */
     }
     for (size_t c = 0; c < sizeof g_cmds / sizeof g_cmds[0]; c++)
         if (!strcmp(argv[i], g_cmds[c].name)) return g_cmds[c].run(argc - i, argv + i);
