@@ -20,6 +20,8 @@ int dsq_cmd_kld(int argc, char **argv);
 int dsq_cmd_generate(int argc, char **argv);
 int dsq_cmd_imatrix(int argc, char **argv);
 int dsq_cmd_tokenize(int argc, char **argv);
+/* rtn, awq, gptq (cli/cmd_quant.c; argv[0] picks the method). */
+int dsq_cmd_quant(int argc, char **argv);
 
 /* Shared helpers for subcommands (cli/common.c). */
 

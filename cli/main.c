@@ -15,6 +15,9 @@ static const dsq_cmd g_cmds[] = {
     {"kld", "KL divergence of a quantized model from its base (llama-perplexity's)", dsq_cmd_kld},
     {"generate", "generate text from a prompt (greedy or sampled, --chat templates)", dsq_cmd_generate},
     {"imatrix", "importance matrix for quantization, like llama-imatrix", dsq_cmd_imatrix},
+    {"rtn", "INTn round-to-nearest to a GPTQ/AWQ/compressed-tensors HF folder", dsq_cmd_quant},
+    {"awq", "AWQ (AutoAWQ) INT4 quantization to a vLLM/transformers-loadable folder", dsq_cmd_quant},
+    {"gptq", "GPTQ INTn quantization to a vLLM/transformers-loadable folder", dsq_cmd_quant},
     {"tokenize", "text to token ids and back with a model's tokenizer", dsq_cmd_tokenize},
 };
 

@@ -1,0 +1,272 @@
+/* AWQ scale and clip search (quantizers/awq.h); AutoAWQ awq/quantize/quantizer.py
+ * and scale.py are the reference for every step and constant. */
+#include "quantizers/awq.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+dsq_awq_opts dsq_awq_default_opts(void)
+{
+    dsq_awq_opts o;
+    memset(&o, 0, sizeof o);
+    o.q.bits = 4;
+    o.q.group_size = 128;
+    o.q.sym = false;
+    o.q.rule = DSQ_INTQ_RULE_AWQ;
+    o.n_grid = 20;
+    o.max_shrink = 0.5;
+    o.n_sample_token = 512;
+    o.duo_scaling = true;
+    o.clip = true;
+    return o;
+}
+
+void dsq_awq_x_mean(const float *x, int64_t n_tok, int64_t cols, float *x_mean)
+{
+    double *acc = calloc((size_t)cols, sizeof *acc);
+    if (!acc) { /* tiny allocation; fall back to a slower column walk */
+        for (int64_t c = 0; c < cols; c++) {
+            double a = 0;
+            for (int64_t t = 0; t < n_tok; t++) a += fabsf(x[t * cols + c]);
+            x_mean[c] = n_tok ? (float)(a / (double)n_tok) : 0.0f;
+        }
+        return;
+    }
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t c = 0; c < cols; c++) acc[c] += fabsf(x[t * cols + c]);
+    for (int64_t c = 0; c < cols; c++) x_mean[c] = n_tok ? (float)(acc[c] / (double)n_tok) : 0.0f;
+    free(acc);
+}
+
+dsq_status dsq_awq_w_mean(const float *const *w, const int64_t *rows, int n, int64_t cols, int group_size,
+                          float *w_mean)
+{
+    int64_t gs = group_size > 0 ? group_size : cols, total = 0;
+    if (cols % gs) return dsq_fail(DSQ_ERR_ARG, "awq: group size %lld does not divide %lld", (long long)gs, (long long)cols);
+    double *acc = calloc((size_t)cols, sizeof *acc);
+    if (!acc) return dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
+    for (int j = 0; j < n; j++) {
+        for (int64_t r = 0; r < rows[j]; r++) {
+            const float *row = w[j] + r * cols;
+            for (int64_t g0 = 0; g0 < cols; g0 += gs) {
+                float mx = 0.0f;
+                for (int64_t k = 0; k < gs; k++) mx = fmaxf(mx, fabsf(row[g0 + k]));
+                for (int64_t k = 0; k < gs; k++) acc[g0 + k] += fabsf(row[g0 + k]) / (mx + 1e-6f);
+            }
+        }
+        total += rows[j];
+    }
+    for (int64_t c = 0; c < cols; c++) w_mean[c] = total ? (float)(acc[c] / (double)total) : 0.0f;
+    free(acc);
+    return DSQ_OK;
+}
+
+void dsq_awq_ratio_scales(const float *x_mean, const float *w_mean, int64_t cols, double r, bool duo, float *s)
+{
+    float mx = -INFINITY, mn = INFINITY;
+    for (int64_t c = 0; c < cols; c++) {
+        float v = powf(x_mean[c], (float)r);
+        if (duo) v = v / (powf(w_mean[c], (float)(1.0 - r)) + 1e-4f);
+        s[c] = fmaxf(v, 1e-4f);
+        mx = fmaxf(mx, s[c]);
+        mn = fminf(mn, s[c]);
+    }
+    float norm = sqrtf(mx * mn);
+    for (int64_t c = 0; c < cols; c++) {
+        s[c] = s[c] / norm;
+        if (!isfinite(s[c])) s[c] = 1.0f;
+    }
+}
+
+/* Q of one group (n values at g, already scaled), dequantized into out. */
+static dsq_status fake_group(const float *g, int64_t n, const dsq_intq_params *p, float *out)
+{
+    float scale;
+    int zero, maxq = dsq_intq_maxq(p->bits);
+    DSQ_TRY(dsq_intq_group_params(g, n, p, 1.0f, &scale, &zero));
+    for (int64_t k = 0; k < n; k++) out[k] = (float)(dsq_intq_code(g[k], scale, zero, maxq) - zero) * scale;
+    return DSQ_OK;
+}
+
+dsq_status dsq_awq_fake_quant(const float *w, int64_t rows, int64_t cols, const float *s, const dsq_intq_params *p,
+                              float *out)
+{
+    DSQ_TRY(dsq_intq_check(p, cols));
+    int64_t gs = p->group_size > 0 ? p->group_size : cols;
+    int failed = 0;
+#pragma omp parallel
+    {
+        float *buf = malloc((size_t)gs * sizeof *buf), *q = malloc((size_t)gs * sizeof *q);
+        if (!buf || !q) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            if (!buf || !q) continue;
+            for (int64_t g0 = 0; g0 < cols; g0 += gs) {
+                const float *src = w + r * cols + g0;
+                for (int64_t k = 0; k < gs; k++) buf[k] = s ? src[k] * s[g0 + k] : src[k];
+                if (fake_group(buf, gs, p, q) != DSQ_OK) {
+#pragma omp atomic write
+                    failed = 2;
+                    continue;
+                }
+                for (int64_t k = 0; k < gs; k++) out[r * cols + g0 + k] = s ? q[k] / s[g0 + k] : q[k];
+            }
+        }
+        free(buf);
+        free(q);
+    }
+    if (failed == 1) return dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
+    if (failed == 2) return dsq_fail(DSQ_ERR_NUMERIC, "awq: non-finite weight in a %lld x %lld linear", (long long)rows,
+                                     (long long)cols);
+    return DSQ_OK;
+}
+
+dsq_status dsq_awq_search_scale(const float *x_mean, const float *w_mean, int64_t cols, const dsq_awq_opts *o,
+                                dsq_awq_loss_fn loss, void *user, float *best_s, dsq_awq_search *info)
+{
+    float *s = malloc((size_t)cols * sizeof *s);
+    if (!s) return dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
+    double best = INFINITY;
+    info->best_ratio = -1;
+    info->loss_r0 = NAN;
+    int n_grid = o->n_grid > 0 ? o->n_grid : 20;
+    for (int k = 0; k < n_grid; k++) {
+        double r = (double)k / n_grid, l;
+        dsq_awq_ratio_scales(x_mean, w_mean, cols, r, o->duo_scaling, s);
+        dsq_status st = loss(user, s, &l);
+        if (st != DSQ_OK) {
+            free(s);
+            return st;
+        }
+        if (k == 0) info->loss_r0 = l;
+        if (l < best) {
+            best = l;
+            info->best_ratio = r;
+            memcpy(best_s, s, (size_t)cols * sizeof *s);
+        }
+    }
+    free(s);
+    info->best_loss = best;
+    if (info->best_ratio < 0) return dsq_fail(DSQ_ERR_NUMERIC, "awq: every scale of the grid gave a non-finite loss");
+    return DSQ_OK;
+}
+
+void dsq_awq_div_vec(float *v, const float *s, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) v[i] /= s[i];
+}
+
+void dsq_awq_scale_cols(float *w, int64_t rows, int64_t cols, const float *s)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) w[r * cols + c] *= s[c];
+}
+
+void dsq_awq_div_rows(float *w_prev, int64_t rows, int64_t cols, float *bias, const float *s, int64_t n_s)
+{
+    int64_t r0 = rows - n_s;
+    for (int64_t i = 0; i < n_s; i++) {
+        for (int64_t c = 0; c < cols; c++) w_prev[(r0 + i) * cols + c] /= s[i];
+        if (bias) bias[r0 + i] /= s[i];
+    }
+}
+
+void dsq_awq_div_cols(float *x, int64_t n_tok, int64_t cols, const float *s)
+{
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t c = 0; c < cols; c++) x[t * cols + c] /= s[c];
+}
+
+/* Best threshold of one (row, group): xs holds the sampled tokens' inputs of
+ * this group [nt x gs], org their exact outputs. */
+static dsq_status clip_group(const float *wg, int64_t gs, const float *xs, int64_t nt, const float *org,
+                             const dsq_awq_opts *o, float *cw, float *q, float *best)
+{
+    float amax = 0.0f;
+    for (int64_t k = 0; k < gs; k++) amax = fmaxf(amax, fabsf(wg[k]));
+    *best = amax;
+    double min_err = INFINITY;
+    int n_shrink = (int)(o->max_shrink * o->n_grid);
+    for (int i = 0; i < n_shrink; i++) {
+        float t = amax * (1.0f - (float)i / (float)o->n_grid);
+        for (int64_t k = 0; k < gs; k++) cw[k] = fminf(fmaxf(wg[k], -t), t);
+        DSQ_TRY(fake_group(cw, gs, &o->q, q));
+        double err = 0;
+        for (int64_t tk = 0; tk < nt; tk++) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < gs; k++) acc += xs[tk * gs + k] * q[k];
+            double d = (double)acc - (double)org[tk];
+            err += d * d;
+        }
+        err /= (double)(nt ? nt : 1);
+        if (err < min_err) {
+            min_err = err;
+            *best = t;
+        }
+    }
+    return DSQ_OK;
+}
+
+dsq_status dsq_awq_search_clip(const float *w, int64_t rows, int64_t cols, const float *x, int64_t n_tok,
+                               const dsq_awq_opts *o, float *max_val)
+{
+    DSQ_TRY(dsq_intq_check(&o->q, cols));
+    int64_t gs = o->q.group_size > 0 ? o->q.group_size : cols, ng = cols / gs;
+    int64_t ns = o->n_sample_token > 0 ? o->n_sample_token : 512;
+    int64_t step = n_tok / ns > 1 ? n_tok / ns : 1, nt = (n_tok + step - 1) / step;
+    /* group-major copy of the sampled inputs: xs[g][t][k] */
+    float *xs = malloc((size_t)(nt * cols) * sizeof *xs);
+    if (!xs) return dsq_fail(DSQ_ERR_NOMEM, "awq clip: out of memory");
+    for (int64_t t = 0; t < nt; t++)
+        for (int64_t g = 0; g < ng; g++)
+            memcpy(xs + (g * nt + t) * gs, x + (t * step) * cols + g * gs, (size_t)gs * sizeof *xs);
+    int failed = 0;
+#pragma omp parallel
+    {
+        float *cw = malloc((size_t)gs * sizeof *cw), *q = malloc((size_t)gs * sizeof *q),
+              *org = malloc((size_t)nt * sizeof *org);
+        if (!cw || !q || !org) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 4)
+        for (int64_t r = 0; r < rows; r++) {
+            if (!cw || !q || !org) continue;
+            for (int64_t g = 0; g < ng; g++) {
+                const float *wg = w + r * cols + g * gs, *xg = xs + g * nt * gs;
+                for (int64_t t = 0; t < nt; t++) {
+                    float acc = 0.0f;
+                    for (int64_t k = 0; k < gs; k++) acc += xg[t * gs + k] * wg[k];
+                    org[t] = acc;
+                }
+                if (clip_group(wg, gs, xg, nt, org, o, cw, q, &max_val[r * ng + g]) != DSQ_OK) {
+#pragma omp atomic write
+                    failed = 2;
+                }
+            }
+        }
+        free(cw);
+        free(q);
+        free(org);
+    }
+    free(xs);
+    if (failed == 1) return dsq_fail(DSQ_ERR_NOMEM, "awq clip: out of memory");
+    if (failed == 2) return dsq_fail(DSQ_ERR_NUMERIC, "awq clip: non-finite weight in a %lld x %lld linear",
+                                     (long long)rows, (long long)cols);
+    return DSQ_OK;
+}
+
+void dsq_awq_apply_clip(float *w, int64_t rows, int64_t cols, int group_size, const float *max_val)
+{
+    int64_t gs = group_size > 0 ? group_size : cols, ng = cols / gs;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            float t = max_val[r * ng + c / gs];
+            w[r * cols + c] = fminf(fmaxf(w[r * cols + c], -t), t);
+        }
+}

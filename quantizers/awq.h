@@ -1,0 +1,87 @@
+/* AWQ: activation-aware weight scaling and clipping (Lin et al.), as
+ * casper-hansen/AutoAWQ awq/quantize/quantizer.py does it
+ * (_search_best_scale / _compute_best_scale, _search_best_clip /
+ * _compute_best_clip) and awq/quantize/scale.py applies it. The pieces here
+ * work on F32 arrays; calibration/sequential.c wires them to a model layer
+ * (which groups, which block output defines the loss). docs/algorithms.md.
+ *
+ * Scale search, for linears sharing one input x (W_j [rows_j x cols]):
+ *   w_mean[c]: |W| of the concatenated rows, each value divided by the max |w|
+ *              of its (row, group) + 1e-6, averaged over all rows;
+ *   x_mean[c]: mean over tokens of |x[:, c]|;
+ *   for r = k / n_grid, k = 0 .. n_grid-1:
+ *     s = max(x_mean^r / (w_mean^(1-r) + 1e-4), 1e-4)   (duo scaling, AutoAWQ's default)
+ *     s /= sqrt(max(s) * min(s)); non-finite entries -> 1
+ *     loss(s) = MSE of the block output with every W_j replaced by
+ *               Q(W_j diag(s)) diag(s)^-1  (the caller's loss function)
+ *   best: the first s with the smallest loss (strictly smaller wins).
+ * Clip search, per (row, group) of one linear: shrink t = amax * (1 - i/n_grid)
+ * for i < max_shrink * n_grid, error = mean over sampled tokens of
+ * (x_g . Q(clamp(w_g, -t, t)) - x_g . w_g)^2; tokens sampled with stride
+ * max(1, n_tok / n_sample_token). */
+#ifndef DSQ_QUANTIZERS_AWQ_H
+#define DSQ_QUANTIZERS_AWQ_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "quantizers/intq.h"
+
+typedef struct dsq_awq_opts {
+    dsq_intq_params q;  /* bits, group size, sym (zero_point = !sym), rule AWQ */
+    int n_grid;         /* 20 */
+    double max_shrink;  /* 0.5 */
+    int n_sample_token; /* 512: tokens the clip search looks at */
+    bool duo_scaling;   /* true: divide by w_mean^(1-r) */
+    bool clip;          /* apply_clip, true */
+} dsq_awq_opts;
+
+/* AutoAWQ's defaults: 4 bits, group 128, zero point, n_grid 20, max_shrink
+ * 0.5, 512 clip tokens, duo scaling, clipping on. */
+dsq_awq_opts dsq_awq_default_opts(void);
+
+/* x_mean[c] = mean_t |x[t, c]| (double sums). */
+void dsq_awq_x_mean(const float *x, int64_t n_tok, int64_t cols, float *x_mean);
+
+/* w_mean over n linears sharing cols inputs (w[j] is rows[j] x cols). */
+dsq_status dsq_awq_w_mean(const float *const *w, const int64_t *rows, int n, int64_t cols, int group_size,
+                          float *w_mean);
+
+/* The scales of grid ratio r (see above), normalised. */
+void dsq_awq_ratio_scales(const float *x_mean, const float *w_mean, int64_t cols, double r, bool duo, float *s);
+
+/* out = Q(w diag(s)) diag(s)^-1 (s NULL: plain Q(w)); out may equal w. */
+dsq_status dsq_awq_fake_quant(const float *w, int64_t rows, int64_t cols, const float *s, const dsq_intq_params *p,
+                              float *out);
+
+/* loss of the block output when the group's linears use scales s. */
+typedef dsq_status (*dsq_awq_loss_fn)(void *user, const float *s, double *loss);
+
+typedef struct dsq_awq_search {
+    double best_loss, loss_r0; /* loss of the chosen scales, and at ratio 0 */
+    double best_ratio;
+} dsq_awq_search;
+
+/* The grid search; best_s [cols] receives the chosen scales. An all-non-finite
+ * grid is an error (AutoAWQ raises too). */
+dsq_status dsq_awq_search_scale(const float *x_mean, const float *w_mean, int64_t cols, const dsq_awq_opts *o,
+                                dsq_awq_loss_fn loss, void *user, float *best_s, dsq_awq_search *info);
+
+/* Folding the scales (AutoAWQ scale.py): the operation before the group gets
+ * divided, the group's columns multiplied, so the float function is unchanged. */
+void dsq_awq_div_vec(float *v, const float *s, int64_t n);                     /* RMSNorm weight or bias /= s */
+void dsq_awq_scale_cols(float *w, int64_t rows, int64_t cols, const float *s); /* W[:, c] *= s[c] */
+/* The last n_s rows of the previous linear (w_prev rows x cols) and its bias /= s. */
+void dsq_awq_div_rows(float *w_prev, int64_t rows, int64_t cols, float *bias, const float *s, int64_t n_s);
+/* The cached inputs of the scaled linears: x[:, c] /= s[c]. */
+void dsq_awq_div_cols(float *x, int64_t n_tok, int64_t cols, const float *s);
+
+/* Clip search for w [rows x cols] with inputs x [n_tok x cols]: max_val
+ * [rows x n_groups] receives the chosen threshold of each (row, group). */
+dsq_status dsq_awq_search_clip(const float *w, int64_t rows, int64_t cols, const float *x, int64_t n_tok,
+                               const dsq_awq_opts *o, float *max_val);
+/* w[r, group g] clamped to [-max_val[r, g], max_val[r, g]]. */
+void dsq_awq_apply_clip(float *w, int64_t rows, int64_t cols, int group_size, const float *max_val);
+
+#endif

@@ -1,0 +1,215 @@
+/* AWQ pieces (quantizers/awq.h) on synthetic data.
+ *
+ * - uniform activations and weights give scale 1 at every grid ratio.
+ * - the w_mean / x_mean statistics match a direct computation.
+ * - with one salient input channel the search finds a loss no worse than at
+ *   ratio 0 and strictly better than plain RTN (s = 1), and its scale for the
+ *   salient channel is the largest.
+ * - folding scales into an RMSNorm weight + following linear, and into a
+ *   previous linear's rows + following linear, leaves the float function
+ *   unchanged.
+ * - the clip search keeps thresholds within [1 - max_shrink, 1] x max|w| and
+ *   never raises the output error over no clipping. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "quantizers/awq.h"
+#include "tests/helpers/testutil.h"
+
+#define ROWS 48
+#define COLS 128
+#define NTOK 96
+
+static void expect_ok(dsq_status s)
+{
+    if (s != DSQ_OK) fail_msg("status %d: %s", (int)s, dsq_errmsg());
+}
+
+static float *randv(size_t n, float sc, uint64_t *seed)
+{
+    float *v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++) v[i] = sc * dsq_test_randn(seed);
+    return v;
+}
+
+static void test_uniform_gives_one(void **state)
+{
+    (void)state;
+    float xm[COLS], wm[COLS], s[COLS];
+    for (int c = 0; c < COLS; c++) xm[c] = 0.7f, wm[c] = 0.3f;
+    for (int k = 0; k < 20; k++) {
+        dsq_awq_ratio_scales(xm, wm, COLS, k / 20.0, true, s);
+        for (int c = 0; c < COLS; c++) assert_true(fabsf(s[c] - 1.0f) < 1e-6f);
+    }
+}
+
+static void test_stats(void **state)
+{
+    (void)state;
+    uint64_t seed = 3;
+    float *x = randv(NTOK * COLS, 1.0f, &seed), *w = randv(ROWS * COLS, 1.0f, &seed);
+    float xm[COLS], wm[COLS];
+    dsq_awq_x_mean(x, NTOK, COLS, xm);
+    const float *wl[1] = {w};
+    int64_t rows[1] = {ROWS};
+    expect_ok(dsq_awq_w_mean(wl, rows, 1, COLS, 32, wm));
+    for (int c = 0; c < COLS; c++) {
+        double a = 0, b = 0;
+        for (int t = 0; t < NTOK; t++) a += fabs(x[t * COLS + c]);
+        for (int r = 0; r < ROWS; r++) {
+            float mx = 0;
+            for (int k = 0; k < 32; k++) mx = fmaxf(mx, fabsf(w[r * COLS + c / 32 * 32 + k]));
+            b += fabsf(w[r * COLS + c]) / (mx + 1e-6f);
+        }
+        assert_true(fabs(xm[c] - a / NTOK) < 1e-5);
+        assert_true(fabs(wm[c] - b / ROWS) < 1e-5);
+    }
+    free(x);
+    free(w);
+}
+
+typedef struct lin_loss {
+    const float *w, *x;
+    float *wq;
+    dsq_intq_params p;
+} lin_loss;
+
+static double out_mse(const float *w, const float *wq, const float *x)
+{
+    double e = 0;
+    for (int t = 0; t < NTOK; t++)
+        for (int r = 0; r < ROWS; r++) {
+            double a = 0, b = 0;
+            for (int c = 0; c < COLS; c++) a += (double)x[t * COLS + c] * w[r * COLS + c], b += (double)x[t * COLS + c] * wq[r * COLS + c];
+            e += (a - b) * (a - b);
+        }
+    return e / (NTOK * ROWS);
+}
+
+static dsq_status loss_fn(void *user, const float *s, double *loss)
+{
+    lin_loss *l = user;
+    DSQ_TRY(dsq_awq_fake_quant(l->w, ROWS, COLS, s, &l->p, l->wq));
+    *loss = out_mse(l->w, l->wq, l->x);
+    return DSQ_OK;
+}
+
+static void test_search_salient(void **state)
+{
+    (void)state;
+    uint64_t seed = 11;
+    float *x = randv(NTOK * COLS, 1.0f, &seed), *w = randv(ROWS * COLS, 0.05f, &seed);
+    for (int t = 0; t < NTOK; t++) x[t * COLS + 5] *= 40.0f; /* one salient channel */
+    dsq_awq_opts o = dsq_awq_default_opts();
+    o.q.group_size = 64;
+    lin_loss l = {w, x, malloc(ROWS * COLS * sizeof(float)), o.q};
+    float xm[COLS], wm[COLS], s[COLS];
+    dsq_awq_x_mean(x, NTOK, COLS, xm);
+    const float *wl[1] = {w};
+    int64_t rows[1] = {ROWS};
+    expect_ok(dsq_awq_w_mean(wl, rows, 1, COLS, 64, wm));
+    dsq_awq_search info;
+    expect_ok(dsq_awq_search_scale(xm, wm, COLS, &o, loss_fn, &l, s, &info));
+    assert_true(info.best_loss <= info.loss_r0);
+    double rtn;
+    expect_ok(loss_fn(&l, NULL, &rtn));
+    assert_true(info.best_loss < rtn);
+    assert_true(info.best_ratio > 0);
+    for (int c = 0; c < COLS; c++) assert_true(s[5] >= s[c]);
+    free(l.wq);
+    free(x);
+    free(w);
+}
+
+static void rmsnorm(const float *x, const float *g, float *y)
+{
+    double ss = 0;
+    for (int c = 0; c < COLS; c++) ss += (double)x[c] * x[c];
+    float inv = 1.0f / sqrtf((float)(ss / COLS) + 1e-5f);
+    for (int c = 0; c < COLS; c++) y[c] = x[c] * inv * g[c];
+}
+
+static void matvec(const float *w, int rows, int cols, const float *x, float *y)
+{
+    for (int r = 0; r < rows; r++) {
+        double a = 0;
+        for (int c = 0; c < cols; c++) a += (double)w[r * cols + c] * x[c];
+        y[r] = (float)a;
+    }
+}
+
+static void test_folding_identity(void **state)
+{
+    (void)state;
+    uint64_t seed = 5;
+    float *x = randv(COLS, 1.0f, &seed), *g = randv(COLS, 0.1f, &seed), *w = randv(ROWS * COLS, 0.1f, &seed);
+    float *s = malloc(COLS * sizeof *s), n[COLS], y0[ROWS], y1[ROWS];
+    for (int c = 0; c < COLS; c++) g[c] += 1.0f, s[c] = 0.2f + (float)(c % 7);
+    rmsnorm(x, g, n);
+    matvec(w, ROWS, COLS, n, y0);
+    dsq_awq_div_vec(g, s, COLS);
+    dsq_awq_scale_cols(w, ROWS, COLS, s);
+    rmsnorm(x, g, n);
+    matvec(w, ROWS, COLS, n, y1);
+    for (int r = 0; r < ROWS; r++) assert_true(fabsf(y0[r] - y1[r]) <= 1e-4f * (1 + fabsf(y0[r])));
+    /* previous linear (v: ROWS x COLS -> o: COLS x ROWS) */
+    float *v = randv(ROWS * COLS, 0.1f, &seed), *o = randv(COLS * ROWS, 0.1f, &seed), *bias = randv(ROWS, 0.1f, &seed);
+    float sv[ROWS], h[ROWS], z0[COLS], z1[COLS];
+    for (int r = 0; r < ROWS; r++) sv[r] = 0.3f + (float)(r % 5);
+    matvec(v, ROWS, COLS, x, h);
+    for (int r = 0; r < ROWS; r++) h[r] += bias[r];
+    matvec(o, COLS, ROWS, h, z0);
+    dsq_awq_div_rows(v, ROWS, COLS, bias, sv, ROWS);
+    dsq_awq_scale_cols(o, COLS, ROWS, sv);
+    matvec(v, ROWS, COLS, x, h);
+    for (int r = 0; r < ROWS; r++) h[r] += bias[r];
+    matvec(o, COLS, ROWS, h, z1);
+    for (int c = 0; c < COLS; c++) assert_true(fabsf(z0[c] - z1[c]) <= 1e-4f * (1 + fabsf(z0[c])));
+    free(x), free(g), free(w), free(s), free(v), free(o), free(bias);
+}
+
+static void test_clip(void **state)
+{
+    (void)state;
+    uint64_t seed = 9;
+    float *x = randv(NTOK * COLS, 1.0f, &seed), *w = randv(ROWS * COLS, 0.1f, &seed);
+    for (int r = 0; r < ROWS; r++) w[r * COLS + (r % COLS)] = 1.5f; /* an outlier per row */
+    dsq_awq_opts o = dsq_awq_default_opts();
+    o.q.group_size = 32;
+    int ng = COLS / 32;
+    float *mv = malloc(ROWS * ng * sizeof *mv), *wc = malloc(ROWS * COLS * sizeof *wc), *q0 = malloc(ROWS * COLS * sizeof *q0),
+          *q1 = malloc(ROWS * COLS * sizeof *q1);
+    expect_ok(dsq_awq_search_clip(w, ROWS, COLS, x, NTOK, &o, mv));
+    int shrunk = 0;
+    for (int r = 0; r < ROWS; r++)
+        for (int g = 0; g < ng; g++) {
+            float amax = 0;
+            for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(w[r * COLS + g * 32 + k]));
+            assert_true(mv[r * ng + g] <= amax && mv[r * ng + g] >= 0.55f * amax - 1e-6f);
+            shrunk += mv[r * ng + g] < amax;
+        }
+    assert_true(shrunk > 0);
+    memcpy(wc, w, ROWS * COLS * sizeof *wc);
+    dsq_awq_apply_clip(wc, ROWS, COLS, 32, mv);
+    expect_ok(dsq_awq_fake_quant(w, ROWS, COLS, NULL, &o.q, q0));
+    expect_ok(dsq_awq_fake_quant(wc, ROWS, COLS, NULL, &o.q, q1));
+    assert_true(out_mse(w, q1, x) <= out_mse(w, q0, x));
+    free(x), free(w), free(mv), free(wc), free(q0), free(q1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_uniform_gives_one), cmocka_unit_test(test_stats),
+        cmocka_unit_test(test_search_salient),    cmocka_unit_test(test_folding_identity),
+        cmocka_unit_test(test_clip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
