@@ -341,6 +341,14 @@ static void prefix_tokens(const dsq_tokenizer *tok, const char *text, size_t len
     expect_ok(dsq_tokenizer_encode(tok, text, len < max_bytes ? len : max_bytes, true, false, out));
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+/* ~10x slower: the sanitizer run checks memory on 1 layer and 1 window; the
+ * quality ordering is asserted by the release run. */
+#define UNDER_SANITIZER 1
+#else
+#define UNDER_SANITIZER 0
+#endif
+
 static double smol_ppl(const char *model, dsq_qmethod method, const dsq_calib_set *c, const dsq_tokens *eval)
 {
     dsq_model *m;
@@ -353,7 +361,7 @@ static double smol_ppl(const char *model, dsq_qmethod method, const dsq_calib_se
         o.q.group_size = 64;
         o.threads = 2;
         o.keep_fake_quant = true;
-        o.max_layers = 6;
+        o.max_layers = UNDER_SANITIZER ? 1 : 6;
         o.awq_loss_samples = 2;
         o.awq.n_sample_token = 64;
         dsq_seq_report r;
@@ -365,7 +373,7 @@ static double smol_ppl(const char *model, dsq_qmethod method, const dsq_calib_se
     dsq_ppl_opts_default(&po);
     po.protocol = DSQ_PPL_HF;
     po.ctx = 256;
-    po.chunks = 3;
+    po.chunks = UNDER_SANITIZER ? 1 : 3;
     dsq_ppl_result pr;
     expect_ok(dsq_ppl_tokens(ctx, eval->ids, (int64_t)eval->n, &po, &pr));
     dsq_ctx_free(ctx);
@@ -405,9 +413,12 @@ static void test_smollm_awq_gptq_beat_rtn(void **state)
     double gptq = smol_ppl(model, DSQ_QMETHOD_GPTQ, &c, &ev);
     print_message("SmolLM2-135M, first 6 layers 4-bit g64, WikiText-2 hf ppl: base %.3f rtn %.3f awq %.3f gptq %.3f\n",
                   base, rtn, awq, gptq);
-    assert_true(rtn > base);
-    assert_true(awq < rtn);
-    assert_true(gptq < rtn);
+    assert_true(isfinite(base) && isfinite(rtn) && isfinite(awq) && isfinite(gptq));
+    if (!UNDER_SANITIZER) {
+        assert_true(rtn > base);
+        assert_true(awq < rtn);
+        assert_true(gptq < rtn);
+    }
     dsq_calib_free(&c);
     dsq_tokens_free(&cal);
     dsq_tokens_free(&ev);
