@@ -50,8 +50,7 @@ typedef struct gen_args {
 
 static int usage_error(const char *msg, const char *what)
 {
-    fprintf(stderr, "dsquant: error: generate: %s%s (see dsquant generate --help)\n", msg, what ? what : "");
-    return 2;
+    return dsq_cli_usage_error("generate", msg, what);
 }
 
 static int parse_float(const char *opt, const char *val, float lo, float hi, float *out)

@@ -49,14 +49,15 @@ typedef struct kld_args {
 
 static int usage_error(const char *msg, const char *what)
 {
-    fprintf(stderr, "dsquant: error: kld: %s%s (see dsquant kld --help)\n", msg, what ? what : "");
-    return 2;
+    return dsq_cli_usage_error("kld", msg, what);
 }
 
 static int parse_opt(int argc, char **argv, int *i, kld_args *a)
 {
     const char *opt = argv[*i];
-    long long v;
+    const dsq_cli_eval_ints ints = {&a->o.ctx, &a->o.chunks, &a->o.batch, &a->threads, &a->ctx_given};
+    int taken = dsq_cli_eval_int_opt(argc, argv, i, 1 << 20, &ints);
+    if (taken) return taken < 0 ? 2 : 0;
     if (!strcmp(opt, "--json")) a->json = true;
     else if (!strcmp(opt, "--force")) a->o.overwrite = true;
     else if (!strcmp(opt, "--data") || !strcmp(opt, "--save-logits") || !strcmp(opt, "--logits")) {
@@ -65,13 +66,6 @@ static int parse_opt(int argc, char **argv, int *i, kld_args *a)
         if (!strcmp(opt, "--data")) a->data = val;
         else if (!strcmp(opt, "--save-logits")) a->save = val;
         else a->logits = val;
-    } else if (!strcmp(opt, "--ctx") || !strcmp(opt, "--chunks") || !strcmp(opt, "--batch") ||
-               !strcmp(opt, "--threads")) {
-        if ((v = dsq_cli_parse_int(opt, *i + 1 < argc ? argv[++*i] : NULL, 1, 1 << 20)) < 0) return 2;
-        if (!strcmp(opt, "--ctx")) a->o.ctx = (int)v, a->ctx_given = true;
-        else if (!strcmp(opt, "--chunks")) a->o.chunks = (int)v;
-        else if (!strcmp(opt, "--batch")) a->o.batch = (int)v;
-        else a->threads = (int)v;
     } else {
         return usage_error("unknown option ", opt);
     }

@@ -43,13 +43,15 @@ typedef struct ppl_args {
 /* Returns 0 to go on, or the exit status. */
 static int parse(int argc, char **argv, ppl_args *a)
 {
+    const dsq_cli_eval_ints ints = {&a->o.ctx, &a->o.chunks, &a->o.batch, &a->threads, &a->ctx_given};
     dsq_ppl_opts_default(&a->o);
     for (int i = 1; i < argc; i++) {
-        int exit_now;
+        int exit_now, taken;
         const char *opt = argv[i];
-        long long v;
         if (dsq_cli_common_opt(argc, argv, &i, g_usage, &exit_now)) {
             if (exit_now) return -1;
+        } else if ((taken = dsq_cli_eval_int_opt(argc, argv, &i, 1 << 24, &ints))) {
+            if (taken < 0) return 2;
         } else if (!strcmp(opt, "--json")) {
             a->json = true;
         } else if (!strcmp(opt, "--data")) {
@@ -62,13 +64,6 @@ static int parse(int argc, char **argv, ppl_args *a)
                 fprintf(stderr, "dsquant: error: --protocol takes llamacpp or hf\n");
                 return 2;
             }
-        } else if (!strcmp(opt, "--ctx") || !strcmp(opt, "--chunks") || !strcmp(opt, "--batch") ||
-                   !strcmp(opt, "--threads")) {
-            if ((v = dsq_cli_parse_int(opt, i + 1 < argc ? argv[++i] : NULL, 1, 1 << 24)) < 0) return 2;
-            if (!strcmp(opt, "--ctx")) a->o.ctx = (int)v, a->ctx_given = true;
-            else if (!strcmp(opt, "--chunks")) a->o.chunks = (int)v;
-            else if (!strcmp(opt, "--batch")) a->o.batch = (int)v;
-            else a->threads = (int)v;
         } else if (opt[0] == '-' && opt[1]) {
             fprintf(stderr, "dsquant: error: ppl: unknown option %s (see dsquant ppl --help)\n", opt);
             return 2;

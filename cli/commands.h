@@ -4,6 +4,8 @@
 #ifndef DSQ_CLI_COMMANDS_H
 #define DSQ_CLI_COMMANDS_H
 
+#include <stdbool.h>
+
 typedef int (*dsq_cmd_fn)(int argc, char **argv);
 
 typedef struct dsq_cmd {
@@ -32,5 +34,18 @@ int dsq_cli_fail(void);
 int dsq_cli_common_opt(int argc, char **argv, int *i, const char *usage, int *exit_now);
 /* Parses a positive integer option value; prints an error and returns -1 on bad input. */
 long long dsq_cli_parse_int(const char *opt, const char *val, long long min, long long max);
+/* Prints "dsquant: error: CMD: MSG WHAT (see dsquant CMD --help)" (WHAT may be NULL) and returns 2. */
+int dsq_cli_usage_error(const char *cmd, const char *msg, const char *what);
+
+/* Where an evaluation command (ppl, kld, imatrix) keeps --ctx, --chunks, --batch
+ * and --threads; ctx_given (may be NULL) is set when --ctx is given. */
+typedef struct dsq_cli_eval_ints {
+    int *ctx, *chunks, *batch, *threads;
+    bool *ctx_given;
+} dsq_cli_eval_ints;
+/* Takes argv[*i] when it is one of those options, its value an integer in [1, max]:
+ * returns 1 after storing the value, 0 when argv[*i] is another option, -1 after
+ * printing why the value is bad. */
+int dsq_cli_eval_int_opt(int argc, char **argv, int *i, long long max, const dsq_cli_eval_ints *dst);
 
 #endif

@@ -50,3 +50,25 @@ long long dsq_cli_parse_int(const char *opt, const char *val, long long min, lon
     }
     return v;
 }
+
+int dsq_cli_usage_error(const char *cmd, const char *msg, const char *what)
+{
+    fprintf(stderr, "dsquant: error: %s: %s%s (see dsquant %s --help)\n", cmd, msg, what ? what : "", cmd);
+    return 2;
+}
+
+int dsq_cli_eval_int_opt(int argc, char **argv, int *i, long long max, const dsq_cli_eval_ints *dst)
+{
+    const char *opt = argv[*i];
+    int *field = !strcmp(opt, "--ctx")       ? dst->ctx
+                 : !strcmp(opt, "--chunks")  ? dst->chunks
+                 : !strcmp(opt, "--batch")   ? dst->batch
+                 : !strcmp(opt, "--threads") ? dst->threads
+                                             : NULL;
+    if (!field) return 0;
+    long long v = dsq_cli_parse_int(opt, *i + 1 < argc ? argv[++*i] : NULL, 1, max);
+    if (v < 0) return -1;
+    *field = (int)v;
+    if (field == dst->ctx && dst->ctx_given) *dst->ctx_given = true;
+    return 1;
+}

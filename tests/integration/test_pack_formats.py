@@ -29,13 +29,7 @@ import subprocess
 import sys
 import tempfile
 
-SKIP = 77
-
-
-def skip(msg):
-    print(f"SKIP: {msg}")
-    sys.exit(SKIP)
-
+from dsq_testlib import skip
 
 try:
     import numpy as np

@@ -15,17 +15,10 @@ Exit 77 (skipped) when the default model or a Python package is missing.
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
-SKIP = 77
-
-
-def skip(msg):
-    print(f"SKIP: {msg}")
-    sys.exit(SKIP)
-
+from dsq_testlib import default_model, dsquant, skip
 
 try:
     import numpy as np
@@ -35,27 +28,6 @@ try:
     from gguf import quants
 except ImportError as e:  # pragma: no cover
     skip(f"python package missing ({e}); pip install -r tests/integration/requirements.txt")
-
-
-def binary():
-    b = os.environ.get("DSQ_BINARY") or shutil.which("dsquant")
-    if not b or not os.path.exists(b):
-        skip("DSQ_BINARY is not set and dsquant is not on PATH")
-    return b
-
-
-def default_model():
-    cache = os.environ.get("DSQ_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "dsquant")
-    p = os.path.join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-    if not os.path.exists(p):
-        skip(f"{p} not found; run scripts/fetch-default-model.sh")
-    return p
-
-
-def dsquant(*args):
-    r = subprocess.run([binary(), "-q", *args], capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"dsquant {' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
 
 
 def hf_name(gguf_name):

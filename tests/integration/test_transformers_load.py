@@ -10,19 +10,10 @@ model is not in the cache.
 """
 import logging
 import os
-import shutil
-import subprocess
-import sys
 import tempfile
 import warnings
 
-SKIP = 77
-
-
-def skip(msg):
-    print(f"SKIP: {msg}")
-    sys.exit(SKIP)
-
+from dsq_testlib import default_model, dsquant, skip
 
 try:
     import torch
@@ -30,21 +21,6 @@ try:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 except ImportError as e:
     skip(f"torch/transformers not importable ({e}); pip install torch transformers to run this test")
-
-
-def binary():
-    b = os.environ.get("DSQ_BINARY") or shutil.which("dsquant")
-    if not b or not os.path.exists(b):
-        skip("DSQ_BINARY is not set and dsquant is not on PATH")
-    return b
-
-
-def default_model():
-    cache = os.environ.get("DSQ_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "dsquant")
-    p = os.path.join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-    if not os.path.exists(p):
-        skip(f"{p} not found; run scripts/fetch-default-model.sh")
-    return p
 
 
 class Capture(logging.Handler):
@@ -64,9 +40,7 @@ def main():
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     with tempfile.TemporaryDirectory(prefix="dsq-tf-") as tmp:
         out = os.path.join(tmp, "hf")
-        r = subprocess.run([binary(), "-q", "convert", src, "-o", out], capture_output=True, text=True)
-        if r.returncode != 0:
-            sys.exit(f"dsquant convert failed: {r.stderr.strip()}")
+        dsquant("convert", src, "-o", out)
 
         transformers.logging.set_verbosity_warning()
         cap = Capture()

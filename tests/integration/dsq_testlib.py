@@ -1,0 +1,40 @@
+"""What the integration tests share: finding the dsquant program and the
+default model, running dsquant, and skipping with exit status 77 (CTest's
+SKIP_RETURN_CODE).
+
+Not a test itself (CMake runs tests/integration/test_*.py); the tests import
+it from their own folder, which Python puts first on sys.path.
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+SKIP = 77
+
+
+def skip(msg):
+    print(f"SKIP: {msg}")
+    sys.exit(SKIP)
+
+
+def binary():
+    b = os.environ.get("DSQ_BINARY") or shutil.which("dsquant")
+    if not b or not os.path.exists(b):
+        skip("DSQ_BINARY is not set and dsquant is not on PATH")
+    return b
+
+
+def default_model():
+    cache = os.environ.get("DSQ_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "dsquant")
+    p = os.path.join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not os.path.exists(p):
+        skip(f"{p} not found; run scripts/fetch-default-model.sh")
+    return p
+
+
+def dsquant(*args):
+    """Runs `dsquant -q ARGS`; exits the test with dsquant's stderr when it fails."""
+    r = subprocess.run([binary(), "-q", *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"dsquant {' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
