@@ -7,6 +7,7 @@
 #include "quantizers/qtypes.h"
 #include "runtime/cpu/cpu.h"
 #include "runtime/cpu/gemm.h"
+#include "runtime/cpu/qgemv.h"
 #include "runtime/cpu/vec.h"
 
 const char *dsq_linear_kind_name(dsq_linear_kind k)
@@ -72,6 +73,11 @@ static void ggml_act_prepare(const dsq_linear *W, const float *x, void *act)
 
 static void ggml_dot_rows(const dsq_linear *W, const float *x, const void *act, int64_t r0, int64_t r1, float *y)
 {
+    dsq_qgemv_fn kern = dsq_qgemv_kernel(W->type);
+    if (kern) {
+        kern(W->in, row_ptr(W, r0), W->row_bytes, r1 - r0, act, y);
+        return;
+    }
     dsq_vec_dot_fn dot = dsq_qtype_get(W->type)->vec_dot;
     for (int64_t r = r0; r < r1; r++) dot(W->in, &y[r - r0], row_ptr(W, r), act);
 }

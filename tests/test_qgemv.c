@@ -1,0 +1,194 @@
+/* The decode-path kernels of runtime/cpu/qgemv.h against the scalar
+ * references of the quant-type table (quantizers/quants_ref.h), for every
+ * type they cover: several row lengths (odd block counts included, for the
+ * two-accumulator loops), several rows at a stride, weights and activations
+ * with outliers and rows at the extreme levels (the 8-bit products saturate
+ * there if a kernel gets the signed/unsigned split wrong), nothing written
+ * past the rows asked for; the dispatcher's choices; and a linear layer's
+ * decode path giving the same answer with the kernels and with the scalar ISA. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/dtype.h"
+#include "quantizers/kquants_ref.h"
+#include "quantizers/qtypes.h"
+#include "quantizers/quants_ref.h"
+#include "runtime/cpu/cpu.h"
+#include "runtime/cpu/qgemv.h"
+#include "runtime/linear.h"
+#include "tests/helpers/testutil.h"
+
+typedef void (*ref_dot_fn)(int64_t n, float *s, const void *x, const void *y);
+
+typedef struct kcase {
+    dsq_type t;
+    ref_dot_fn ref;
+} kcase;
+
+static const kcase g_cases[] = {
+    {DSQ_TYPE_Q4_0, dsq_vec_dot_q4_0_q8_0_ref}, {DSQ_TYPE_Q4_1, dsq_vec_dot_q4_1_q8_1_ref},
+    {DSQ_TYPE_Q5_0, dsq_vec_dot_q5_0_q8_0_ref}, {DSQ_TYPE_Q5_1, dsq_vec_dot_q5_1_q8_1_ref},
+    {DSQ_TYPE_Q8_0, dsq_vec_dot_q8_0_q8_0_ref}, {DSQ_TYPE_IQ4_NL, dsq_vec_dot_iq4_nl_q8_0_ref},
+    {DSQ_TYPE_Q2_K, dsq_vec_dot_q2_K_q8_K_ref}, {DSQ_TYPE_Q3_K, dsq_vec_dot_q3_K_q8_K_ref},
+    {DSQ_TYPE_Q4_K, dsq_vec_dot_q4_K_q8_K_ref}, {DSQ_TYPE_Q5_K, dsq_vec_dot_q5_K_q8_K_ref},
+    {DSQ_TYPE_Q6_K, dsq_vec_dot_q6_K_q8_K_ref}, {DSQ_TYPE_IQ4_XS, dsq_vec_dot_iq4_xs_q8_K_ref},
+};
+
+#define NROWS 6
+
+static uint64_t g_seed = 0x7165676d76ull;
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    assert_non_null(p);
+    return p;
+}
+
+static size_t nbytes(dsq_type t, int64_t n)
+{
+    uint64_t b = 0;
+    assert_int_equal(dsq_type_nbytes(t, (uint64_t)n, &b), DSQ_OK);
+    return (size_t)b;
+}
+
+/* Row r of the weights: r 0: all +-big (extreme levels), r 1: N(0,1) with
+ * outliers, others N(0, 1/(r+1)) so the scales differ between rows. */
+static void fill_weights(float *w, int64_t n, int r)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float v = dsq_test_randn(&g_seed);
+        if (r == 0)
+            v = (i % 3 ? 4.0f : -4.0f);
+        else if (r == 1 && i % 37 == 5)
+            v *= 25.0f;
+        else
+            v /= (float)(r + 1);
+        w[i] = v;
+    }
+}
+
+static void check_type(const kcase *kc, int64_t n)
+{
+    dsq_type at = dsq_qtype_get(kc->t)->vec_dot_type;
+    size_t rb = nbytes(kc->t, n), ab = nbytes(at, n);
+    float *wf = xmalloc((size_t)n * NROWS * sizeof *wf), *xf = xmalloc((size_t)n * sizeof *xf);
+    for (int r = 0; r < NROWS; r++) fill_weights(wf + (size_t)r * n, n, r);
+    for (int pass = 0; pass < 2; pass++) {
+        /* pass 0: N(0,1) activations with outliers; pass 1: all at +-amax (every level +-127) */
+        for (int64_t i = 0; i < n; i++)
+            xf[i] = pass ? (i % 2 ? 3.0f : -3.0f) : dsq_test_randn(&g_seed) * (i % 53 == 7 ? 20 : 1);
+        uint8_t *wq = xmalloc(rb * NROWS), *act = xmalloc(ab);
+        assert_int_equal(dsq_quantize(kc->t, wf, wq, NROWS, n, NULL), DSQ_OK);
+        assert_int_equal(dsq_quantize(at, xf, act, 1, n, NULL), DSQ_OK);
+        float *wd = xmalloc((size_t)n * NROWS * sizeof *wd), *xd = xmalloc((size_t)n * sizeof *xd);
+        assert_int_equal(dsq_dequantize(kc->t, wq, wd, NROWS, n), DSQ_OK);
+        assert_int_equal(dsq_dequantize(at, act, xd, 1, n), DSQ_OK);
+        dsq_qgemv_fn kern = dsq_qgemv_kernel(kc->t);
+        assert_non_null(kern);
+        float y[NROWS + 1];
+        for (int r = 0; r <= NROWS; r++) y[r] = -12345.0f;
+        kern(n, wq, rb, NROWS - 1, act, y); /* all rows but the last */
+        assert_true(y[NROWS - 1] == -12345.0f && y[NROWS] == -12345.0f);
+        kern(n, wq + rb * (NROWS - 1), rb, 1, act, y + NROWS - 1);
+        for (int r = 0; r < NROWS; r++) {
+            float want;
+            kc->ref(n, &want, wq + rb * (size_t)r, act);
+            double mag = 0;
+            for (int64_t i = 0; i < n; i++) mag += fabs((double)wd[(size_t)r * n + i] * xd[i]);
+            /* Q8_1 carries d * sum(q) rounded to F16 on its own: both sides use it, so the same bound holds */
+            double tol = 2e-6 * mag + 1e-6;
+            if (!(fabs((double)y[r] - want) <= tol))
+                fail_msg("%s n=%lld row %d pass %d: kernel %.9g, reference %.9g (tolerance %.3g)", dsq_type_name(kc->t),
+                         (long long)n, r, pass, y[r], want, tol);
+        }
+        free(wq), free(act), free(wd), free(xd);
+    }
+    free(wf), free(xf);
+}
+
+static bool have_avx2(void)
+{
+    if (dsq_cpu_has_avx2()) return true;
+    printf("SKIP: this CPU has no AVX2/FMA/F16C; the kernels are never used here\n");
+    return false;
+}
+
+static void test_kernels_match_reference(void **state)
+{
+    (void)state;
+    if (!have_avx2()) return;
+    for (size_t c = 0; c < sizeof g_cases / sizeof *g_cases; c++) {
+        bool k = dsq_type_get((int)g_cases[c].t)->block_elems == 256;
+        const int64_t sizes_k[] = {256, 768, 4096}, sizes_l[] = {32, 96, 576, 4096};
+        const int64_t *sizes = k ? sizes_k : sizes_l;
+        int ns = k ? 3 : 4;
+        for (int s = 0; s < ns; s++) check_type(&g_cases[c], sizes[s]);
+    }
+}
+
+static void test_dispatch(void **state)
+{
+    (void)state;
+    if (!have_avx2()) return;
+    dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+    for (size_t c = 0; c < sizeof g_cases / sizeof *g_cases; c++) assert_non_null(dsq_qgemv_kernel(g_cases[c].t));
+    /* no kernel for dense types, activation types or types without one */
+    assert_null(dsq_qgemv_kernel(DSQ_TYPE_F32));
+    assert_null(dsq_qgemv_kernel(DSQ_TYPE_BF16));
+    assert_null(dsq_qgemv_kernel(DSQ_TYPE_Q8_K));
+    assert_null(dsq_qgemv_kernel(DSQ_TYPE_IQ2_XXS));
+    dsq_cpu_set_isa(DSQ_CPU_ISA_SCALAR);
+    assert_null(dsq_qgemv_kernel(DSQ_TYPE_Q4_K));
+    dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+}
+
+/* runtime/linear.c really takes the kernels: with the scalar ISA forced the
+ * decode path falls back to the table's vec_dot and must agree. */
+static void test_linear_decode_path(void **state)
+{
+    (void)state;
+    if (!have_avx2()) return;
+    const int64_t out = 41, in = 512;
+    const int ntok = 3;
+    const dsq_type types[] = {DSQ_TYPE_Q4_1, DSQ_TYPE_Q5_0, DSQ_TYPE_Q4_K, DSQ_TYPE_Q6_K};
+    float *wf = xmalloc((size_t)out * in * sizeof *wf), *x = xmalloc((size_t)ntok * in * sizeof *x);
+    for (int64_t i = 0; i < out * in; i++) wf[i] = 0.05f * dsq_test_randn(&g_seed);
+    for (int64_t i = 0; i < ntok * in; i++) x[i] = dsq_test_randn(&g_seed);
+    for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+        void *wq = xmalloc(nbytes(types[k], out * in));
+        assert_int_equal(dsq_quantize(types[k], wf, wq, out, in, NULL), DSQ_OK);
+        dsq_linear W;
+        assert_int_equal(dsq_linear_init(&W, types[k], wq, out, in), DSQ_OK);
+        float y[2][3 * 41];
+        for (int v = 0; v < 2; v++) {
+            dsq_cpu_set_isa(v ? DSQ_CPU_ISA_SCALAR : DSQ_CPU_ISA_AUTO);
+            assert_int_equal(dsq_linear_forward_gemv(&W, x, y[v], ntok), DSQ_OK);
+        }
+        dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+        for (int i = 0; i < ntok * out; i++)
+            if (fabsf(y[0][i] - y[1][i]) > 1e-4f * (1 + fabsf(y[1][i])))
+                fail_msg("%s: row %d: kernel %g, vec_dot %g", dsq_type_name(types[k]), i, y[0][i], y[1][i]);
+        dsq_linear_release(&W);
+        free(wq);
+    }
+    free(wf), free(x);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kernels_match_reference),
+        cmocka_unit_test(test_dispatch),
+        cmocka_unit_test(test_linear_decode_path),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
