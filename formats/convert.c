@@ -368,24 +368,18 @@ static dsq_status llama3_rope_factors(const dsq_arch *a, plan_item *it)
     int64_t dim = a->head_dim;
     if (dim <= 0 || dim % 2) return dsq_fail(DSQ_ERR_FORMAT, "llama3 rope scaling: bad head_dim %lld", (long long)dim);
     int64_t n = dim / 2;
+    /* transformers' llama3 defaults for parameters a config leaves out */
+    dsq_arch d = *a;
+    if (!(d.rope_factor > 0)) d.rope_factor = 8.0;
+    if (!(d.rope_low_freq_factor > 0)) d.rope_low_freq_factor = 1.0;
+    if (!(d.rope_high_freq_factor > 0)) d.rope_high_freq_factor = 4.0;
+    if (d.rope_original_max_pos <= 0) d.rope_original_max_pos = 8192;
     float *f = malloc((size_t)n * sizeof *f);
     if (!f) return dsq_fail(DSQ_ERR_NOMEM, "out of memory for rope_freqs");
-    float factor = a->rope_factor > 0 ? (float)a->rope_factor : 8.0f;
-    float lo = a->rope_low_freq_factor > 0 ? (float)a->rope_low_freq_factor : 1.0f;
-    float hi = a->rope_high_freq_factor > 0 ? (float)a->rope_high_freq_factor : 4.0f;
-    float old_ctx = a->rope_original_max_pos > 0 ? (float)a->rope_original_max_pos : 8192.0f;
-    float lo_wavelen = old_ctx / lo, hi_wavelen = old_ctx / hi;
-    for (int64_t i = 0; i < n; i++) {
-        float freq = 1.0f / powf((float)a->rope_theta, (float)(2 * i) / (float)dim);
-        float wavelen = 2.0f * (float)M_PI / freq;
-        if (wavelen < hi_wavelen) {
-            f[i] = 1.0f;
-        } else if (wavelen > lo_wavelen) {
-            f[i] = factor;
-        } else {
-            float smooth = (old_ctx / wavelen - lo) / (hi - lo);
-            f[i] = 1.0f / ((1.0f - smooth) / factor + smooth);
-        }
+    dsq_status st = dsq_arch_llama3_rope_freqs(&d, f, n);
+    if (st != DSQ_OK) {
+        free(f);
+        return st;
     }
     snprintf(it->name, sizeof it->name, "rope_freqs.weight");
     it->src = UINT64_MAX;
