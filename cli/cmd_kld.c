@@ -31,6 +31,8 @@ static const char g_usage[] =
     "  --ctx N               tokens per chunk (default 512; with --logits the file's)\n"
     "  --chunks K            only the first K chunks (default: all)\n"
     "  --batch B             tokens per forward pass (default: ctx)\n"
+    "  --llamacpp-act        round activations to each weight type's vec_dot type in every\n"
+    "                        product of both models, as llama.cpp's CPU backend does\n"
     "  --save-logits FILE    write BASE's log-probabilities to FILE\n"
     "  --logits FILE         read BASE's log-probabilities from FILE instead of running BASE\n"
     "  --force               replace the --save-logits file if it exists\n"
@@ -44,7 +46,7 @@ typedef struct kld_args {
     const char *data, *save, *logits;
     dsq_kld_opts o;
     int threads;
-    bool json, ctx_given;
+    bool json, ctx_given, llamacpp_act;
 } kld_args;
 
 static int usage_error(const char *msg, const char *what)
@@ -59,6 +61,7 @@ static int parse_opt(int argc, char **argv, int *i, kld_args *a)
     int taken = dsq_cli_eval_int_opt(argc, argv, i, 1 << 20, &ints);
     if (taken) return taken < 0 ? 2 : 0;
     if (!strcmp(opt, "--json")) a->json = true;
+    else if (!strcmp(opt, "--llamacpp-act")) a->llamacpp_act = true;
     else if (!strcmp(opt, "--force")) a->o.overwrite = true;
     else if (!strcmp(opt, "--data") || !strcmp(opt, "--save-logits") || !strcmp(opt, "--logits")) {
         const char *val = *i + 1 < argc ? argv[++*i] : NULL;
@@ -211,11 +214,13 @@ typedef struct loaded {
     dsq_ctx *c;
 } loaded;
 
-static dsq_status load(const char *path, int ctx, int threads, bool need_tok, loaded *l)
+static dsq_status load(const kld_args *a, const char *path, int ctx, bool need_tok, loaded *l)
 {
     DSQ_TRY(dsq_model_open(path, &l->m));
     if (need_tok) DSQ_TRY(dsq_tokenizer_load(path, &l->tok));
-    return dsq_ctx_new(l->m, ctx, threads, &l->c);
+    DSQ_TRY(dsq_ctx_new(l->m, ctx, a->threads, &l->c));
+    dsq_ctx_set_llamacpp_act(l->c, a->llamacpp_act);
+    return DSQ_OK;
 }
 
 static void unload(loaded *l)
@@ -247,7 +252,7 @@ static dsq_status run_from_file(kld_args *a, char *path, size_t cap, dsq_kld_res
         ctx = (int)dsq_kld_reader_header(rd)->n_ctx;
         dsq_kld_reader_close(rd);
     }
-    dsq_status s = load(a->pos[0], ctx, a->threads, true, &q);
+    dsq_status s = load(a, a->pos[0], ctx, true, &q);
     if (s == DSQ_OK && a->data) s = text_tokens(a, q.tok, path, cap, &ids);
     if (s == DSQ_OK && !a->data) a->o.bos = dsq_tokenizer_add_bos(q.tok) ? dsq_tokenizer_bos(q.tok) : -1;
     if (s == DSQ_OK) s = dsq_kld_from_file(a->logits, q.c, a->data ? ids.ids : NULL, (int64_t)ids.n, &a->o, r);
@@ -261,8 +266,8 @@ static dsq_status run_compute(kld_args *a, char *path, size_t cap, dsq_kld_resul
     loaded b = {0}, q = {0};
     dsq_tokens ids = {0};
     a->o.save_path = a->save;
-    dsq_status s = load(a->pos[0], a->o.ctx, a->threads, true, &b);
-    if (s == DSQ_OK && a->n_pos == 2) s = load(a->pos[1], a->o.ctx, a->threads, false, &q);
+    dsq_status s = load(a, a->pos[0], a->o.ctx, true, &b);
+    if (s == DSQ_OK && a->n_pos == 2) s = load(a, a->pos[1], a->o.ctx, false, &q);
     if (s == DSQ_OK) s = text_tokens(a, b.tok, path, cap, &ids);
     if (s == DSQ_OK) s = dsq_kld_compute(b.c, q.c, ids.ids, (int64_t)ids.n, &a->o, r);
     dsq_tokens_free(&ids);

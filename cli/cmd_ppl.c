@@ -29,6 +29,9 @@ static const char g_usage[] =
     "  --ctx N               tokens per chunk (default 512 for llamacpp, 2048 for hf)\n"
     "  --chunks K            only the first K chunks (default: all)\n"
     "  --batch B             tokens per forward pass (default: ctx)\n"
+    "  --llamacpp-act        round activations to each weight type's vec_dot type in every\n"
+    "                        product, as llama.cpp's CPU backend does (default: F32\n"
+    "                        activations in batched products, rounded only in decode)\n"
     "  --threads T           CPU threads (default: all)\n"
     "  --json                one JSON object on stdout\n"
     "  -h, --help            this text\n";
@@ -37,7 +40,7 @@ typedef struct ppl_args {
     const char *model, *data;
     dsq_ppl_opts o;
     int threads;
-    bool json, ctx_given;
+    bool json, ctx_given, llamacpp_act;
 } ppl_args;
 
 /* Returns 0 to go on, or the exit status. */
@@ -54,6 +57,8 @@ static int parse(int argc, char **argv, ppl_args *a)
             if (taken < 0) return 2;
         } else if (!strcmp(opt, "--json")) {
             a->json = true;
+        } else if (!strcmp(opt, "--llamacpp-act")) {
+            a->llamacpp_act = true;
         } else if (!strcmp(opt, "--data")) {
             if (!(a->data = i + 1 < argc ? argv[++i] : NULL)) {
                 fprintf(stderr, "dsquant: error: --data needs a value\n");
@@ -144,6 +149,7 @@ static dsq_status run(ppl_args *a)
     }
     if (s == DSQ_OK) s = dsq_ctx_new(m, a->o.ctx, a->threads, &c);
     if (s == DSQ_OK) {
+        dsq_ctx_set_llamacpp_act(c, a->llamacpp_act);
         a->o.progress = progress;
         s = dsq_ppl_text(c, tok, text, len, &a->o, &r);
     }

@@ -650,6 +650,11 @@ static void print_results(const qargs *a, const results *r)
         cJSON_AddStringToObject(o, "calib", r->calib.path);
         cJSON_AddNumberToObject(o, "n_samples", r->calib.n_samples);
         cJSON_AddNumberToObject(o, "seqlen", r->calib.seqlen);
+        cJSON_AddNumberToObject(o, "calib_text_tokens", (double)r->calib.n_text_tokens);
+        /* where each window starts in the tokenized text: lets another tool calibrate on the same tokens */
+        cJSON *st = cJSON_AddArrayToObject(o, "calib_starts");
+        for (int i = 0; st && r->calib.starts && i < r->calib.n_samples; i++)
+            cJSON_AddItemToArray(st, cJSON_CreateNumber((double)r->calib.starts[i]));
     }
     cJSON_AddNumberToObject(o, "seconds", r->rep.seconds);
     cJSON_AddNumberToObject(o, "peak_rss_mib", (double)r->rep.peak_rss_kb / 1024.0);

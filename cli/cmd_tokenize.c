@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "core/fileio.h"
 #include "core/status.h"
+#include "datasets/registry.h"
 #include "runtime/tokenizer.h"
 
 static const char g_usage[] = "usage: dsquant tokenize MODEL_OR_GGUF [--text T | --file F] [--sep S] [--json]\n"
@@ -21,7 +22,7 @@ static const char g_usage[] = "usage: dsquant tokenize MODEL_OR_GGUF [--text T |
                               "\n"
                               "options:\n"
                               "  --text T          the text to tokenize\n"
-                              "  --file F          read the text from file F\n"
+                              "  --file F          read the text from file F (.zst: decompressed)\n"
                               "  --sep S           the input holds several texts separated by S\n"
                               "  --json            print each result as JSON (an array of ids, or a string)\n"
                               "  --decode          the input holds token ids (one sequence per line, or per\n"
@@ -134,6 +135,8 @@ static dsq_status read_input(const opts *o, char **out, size_t *len)
         *out = strdup(o->text);
         return *out ? DSQ_OK : dsq_fail(DSQ_ERR_NOMEM, "out of memory");
     }
+    size_t fl = o->file ? strlen(o->file) : 0;
+    if (fl > 4 && !strcmp(o->file + fl - 4, ".zst")) return dsq_text_read(o->file, out, len); /* decompressed */
     if (o->file) return dsq_read_file(o->file, MAX_INPUT, out, len);
     return read_stdin(out, len);
 }

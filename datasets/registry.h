@@ -7,13 +7,22 @@
  * has a file per layout with the sha256 and size of its content (decompressed
  * when stored as .zst), its licence and where a user with internet gets it.
  *
- * Nothing third-party is committed and nothing is ever downloaded: a named
- * dataset is looked for, in order, in
+ * Nothing third-party is committed. A named dataset is looked for, in order, in
  *   $DSQ_DATA, $DSQ_SHARED_DIR/datasets, ../shared/datasets (from the current
  *   folder), $DSQ_CACHE/datasets (default ~/.cache/dsquant/datasets),
  * each file also under its name with or without a ".zst" suffix. A file whose
  * content hash differs from the registry's is used anyway, with a warning
- * (results will not be comparable with published numbers). */
+ * (results will not be comparable with published numbers).
+ *
+ * When it is in none of them and the layout can be fetched (its `how` is NULL
+ * or it has a `member`), it is downloaded into that last, cache folder
+ * (datasets/download.h), the member taken out of a .zip, and checked: a
+ * download whose sha256 or size differs from the registry's is deleted and
+ * is an error (the source changed or the transfer broke). Environment:
+ *   DSQ_OFFLINE       set to anything but "" or "0": never download.
+ *   DSQ_DATA_MIRROR   download from MIRROR/<last path component of the URL>
+ *                     instead of the URL (e.g. file:///srv/mirror, so tests
+ *                     and machines without internet use a local copy). */
 #ifndef DSQ_DATASETS_REGISTRY_H
 #define DSQ_DATASETS_REGISTRY_H
 
@@ -34,7 +43,9 @@ typedef struct dsq_dataset_file {
     const char *sha256; /* of the content, 64 lowercase hex digits */
     uint64_t bytes;     /* content size */
     const char *url;    /* where to download it */
-    const char *how;    /* what to do with the download to get `file`, or NULL when it is the file */
+    const char *member; /* the path inside the .zip at url, or NULL when url is the file itself */
+    const char *how;    /* what to do by hand with the download to get `file`, or NULL when it is the file
+                           (or `member` of it); a layout with `how` and no `member` is not fetched */
 } dsq_dataset_file;
 
 typedef struct dsq_dataset_info {
@@ -54,9 +65,11 @@ const dsq_dataset_info *dsq_dataset_find(const char *name);
 /* True when name is a registered dataset ("wikitext2"). */
 bool dsq_dataset_known(const char *name);
 
-/* Path of the file of dataset `name` in `layout`, or DSQ_ERR_NOT_FOUND with
- * a message listing the folders searched and the URL to get it from. The
- * file found is hashed and a mismatch logged as a warning. */
+/* Path of the file of dataset `name` in `layout`, downloading it into the
+ * cache folder when it is nowhere and can be fetched; or DSQ_ERR_NOT_FOUND
+ * with a message listing the folders searched, the URL to get it from, and
+ * why the download failed. The file found is hashed and a mismatch logged as
+ * a warning. */
 dsq_status dsq_dataset_path(const char *name, dsq_text_layout layout, char *out, size_t cap);
 
 /* Finds, reads (zstd-decompressing a .zst) and checks the file of a dataset:

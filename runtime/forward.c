@@ -20,10 +20,13 @@ struct dsq_ctx {
     dsq_layer_hook_fn on_layer;
     void *user;
     int hooks_off; /* while a NaN is being traced */
+    bool llamacpp_act;
 };
 
 const dsq_model *dsq_ctx_model(const dsq_ctx *c) { return c->m; }
 int dsq_ctx_n_ctx(const dsq_ctx *c) { return c->n_ctx; }
+
+void dsq_ctx_set_llamacpp_act(dsq_ctx *c, bool llamacpp) { c->llamacpp_act = llamacpp; }
 
 void dsq_ctx_set_hooks(dsq_ctx *c, dsq_linear_hook_fn on_linear, dsq_layer_hook_fn on_layer, void *user)
 {
@@ -123,7 +126,7 @@ static dsq_status linear(dsq_ctx *c, int layer, dsq_linear_id id, const float *x
 {
     const dsq_linear *W = &c->m->layers[layer].lin[id];
     if (c->on_linear && !c->hooks_off) DSQ_TRY(c->on_linear(c->user, layer, id, x, n, W->in));
-    dsq_status s = dsq_cpu_matmul(W, x, y, n);
+    dsq_status s = dsq_cpu_matmul(W, x, y, n, c->llamacpp_act);
     if (s != DSQ_OK) return dsq_fail_context(s, "layer %d, %s", layer, dsq_linear_id_name(id));
     return DSQ_OK;
 }
@@ -188,7 +191,7 @@ dsq_status dsq_forward_head(dsq_ctx *c, const float *hidden, int n, float *logit
     use_threads(c);
     DSQ_TRY(reserve(c, n));
     dsq_cpu_rmsnorm(hidden, m->output_norm, c->xn, n, m->dim, (float)m->arch.rms_norm_eps);
-    dsq_status s = dsq_cpu_matmul(&m->output, c->xn, logits, n);
+    dsq_status s = dsq_cpu_matmul(&m->output, c->xn, logits, n, c->llamacpp_act);
     if (s != DSQ_OK) return dsq_fail_context(s, "output head");
     return DSQ_OK;
 }

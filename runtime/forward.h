@@ -11,6 +11,7 @@
 #ifndef DSQ_RUNTIME_FORWARD_H
 #define DSQ_RUNTIME_FORWARD_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/status.h"
@@ -29,6 +30,12 @@ dsq_status dsq_ctx_new(const dsq_model *m, int n_ctx, int n_threads, dsq_ctx **o
 void dsq_ctx_free(dsq_ctx *c);
 const dsq_model *dsq_ctx_model(const dsq_ctx *c);
 int dsq_ctx_n_ctx(const dsq_ctx *c);
+/* llamacpp = true: every product rounds its activations to the weight type's
+ * vec_dot type (Q8_K for k-quants, Q8_0/Q8_1 for legacy types, F16 for F16
+ * rows) at any batch size, which is what llama.cpp's CPU backend does in
+ * prefill too. Default false: batched products keep F32 activations (more
+ * accurate; transformers' arithmetic), and only decode (<= 7 tokens) rounds. */
+void dsq_ctx_set_llamacpp_act(dsq_ctx *c, bool llamacpp);
 /* Either hook may be NULL. */
 void dsq_ctx_set_hooks(dsq_ctx *c, dsq_linear_hook_fn on_linear, dsq_layer_hook_fn on_layer, void *user);
 

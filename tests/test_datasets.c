@@ -163,7 +163,7 @@ static void test_shared_files_match(void **state)
 
 /* Points every search folder at an empty tree, returning the old values. */
 typedef struct env_save {
-    char *data, *shared, *cache, *cwd;
+    char *data, *shared, *cache, *cwd, *offline;
 } env_save;
 
 static char *dup_env(const char *k) { return getenv(k) ? strdup(getenv(k)) : NULL; }
@@ -177,7 +177,9 @@ static void restore(const char *k, char *v)
 
 static env_save isolate(const char *dir)
 {
-    env_save e = {dup_env("DSQ_DATA"), dup_env("DSQ_SHARED_DIR"), dup_env("DSQ_CACHE"), getcwd(NULL, 0)};
+    env_save e = {dup_env("DSQ_DATA"), dup_env("DSQ_SHARED_DIR"), dup_env("DSQ_CACHE"), getcwd(NULL, 0),
+                  dup_env("DSQ_OFFLINE")};
+    setenv("DSQ_OFFLINE", "1", 1); /* a missing file must not be fetched from the network here */
     char sub[4096];
     snprintf(sub, sizeof sub, "%s/a", dir);
     mkdir(sub, 0755);
@@ -199,6 +201,7 @@ static void unisolate(env_save *e)
     restore("DSQ_DATA", e->data);
     restore("DSQ_SHARED_DIR", e->shared);
     restore("DSQ_CACHE", e->cache);
+    restore("DSQ_OFFLINE", e->offline);
 }
 
 static void test_modified_file_warns(void **state)

@@ -887,6 +887,77 @@ static void test_tiny_forward_paths(void **state)
     dsq_test_rmtmp(dir);
 }
 
+/* Every linear of m replaced by a Q8_0 copy (the tiny widths are multiples of 32). */
+static void to_q8_0(dsq_model *m)
+{
+    for (int l = 0; l < T_LAYERS; l++)
+        for (int i = 0; i < DSQ_LIN_COUNT; i++) {
+            dsq_linear *W = &m->layers[l].lin[i];
+            float *w = malloc((size_t)(W->out * W->in) * sizeof *w);
+            size_t rb = (size_t)(W->in / 32) * 34, n = (size_t)W->out * rb;
+            void *q = malloc(n);
+            int64_t out = W->out, in = W->in;
+            expect_ok(dsq_linear_rows_f32(W, 0, out, w));
+            expect_ok(dsq_quantize(DSQ_TYPE_Q8_0, w, q, out, in, NULL));
+            const float *bias = W->bias;
+            float *bcopy = NULL;
+            if (bias) {
+                bcopy = malloc((size_t)out * sizeof *bcopy);
+                memcpy(bcopy, bias, (size_t)out * sizeof *bcopy);
+            }
+            dsq_linear_release(W);
+            expect_ok(dsq_linear_init(W, DSQ_TYPE_Q8_0, q, out, in));
+            W->owned = q;
+            if (bcopy) {
+                expect_ok(dsq_linear_set_bias(W, DSQ_TYPE_F32, bcopy, out));
+                free(bcopy);
+            }
+            free(w);
+        }
+}
+
+static double max_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0;
+    for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - (double)b[i]));
+    return d;
+}
+
+/* dsq_ctx_set_llamacpp_act: an 11-token prefill over Q8_0 weights takes the
+ * decode path's rounded activations, so it equals a token-by-token pass (up to
+ * the attention's summation order) and differs from the default F32 prefill. */
+static void test_llamacpp_act(void **state)
+{
+    (void)state;
+    char *dir = dsq_test_mkdtemp();
+    tiny_model tm;
+    tiny_build(&tm, TINY_LLAMA3);
+    char *gg = tiny_write_gguf(&tm, dir, NULL);
+    dsq_model *m;
+    dsq_ctx *c;
+    expect_ok(dsq_model_open(gg, &m));
+    to_q8_0(m);
+    expect_ok(dsq_ctx_new(m, 16, 2, &c));
+    size_t n = 11 * T_VOCAB;
+    float *dec = malloc(n * sizeof *dec), *pre = malloc(n * sizeof *pre), *lla = malloc(n * sizeof *lla);
+    for (int t = 0; t < 11; t++) expect_ok(dsq_forward(c, g_tiny_toks + t, 1, t, dec + t * T_VOCAB));
+    expect_ok(dsq_forward(c, g_tiny_toks, 11, 0, pre));
+    dsq_ctx_set_llamacpp_act(c, true);
+    expect_ok(dsq_forward(c, g_tiny_toks, 11, 0, lla));
+    double d_lla = max_diff(lla, dec, n), d_pre = max_diff(pre, dec, n);
+    print_message("max logit difference from decode: llamacpp act %g, default prefill %g\n", d_lla, d_pre);
+    if (!(d_lla <= 1e-4 && d_pre > 10 * d_lla && d_pre > 1e-5))
+        fail_msg("llamacpp act vs decode %g, default prefill vs decode %g", d_lla, d_pre);
+    dsq_ctx_set_llamacpp_act(c, false);
+    expect_ok(dsq_forward(c, g_tiny_toks, 11, 0, lla));
+    assert_true(max_diff(lla, pre, n) == 0);
+    free(dec), free(pre), free(lla), free(gg);
+    dsq_ctx_free(c);
+    dsq_model_close(m);
+    tiny_free(&tm);
+    dsq_test_rmtmp(dir);
+}
+
 /* ================================================================ perplexity */
 
 /* NLL of the token after each row, from full logits, in double. */
@@ -1207,6 +1278,7 @@ int main(void)
         cmocka_unit_test(test_attention_vs_naive),
         cmocka_unit_test(test_tiny_gguf_equals_hf),
         cmocka_unit_test(test_tiny_forward_paths),
+        cmocka_unit_test(test_llamacpp_act),
         cmocka_unit_test(test_ppl_protocols),
         cmocka_unit_test(test_dataset_lookup),
         cmocka_unit_test(test_smollm2_logits),

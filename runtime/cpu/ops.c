@@ -51,7 +51,8 @@ dsq_status dsq_cpu_embed(const dsq_tensor *E, const int32_t *tokens, int n_tok, 
     return DSQ_OK;
 }
 
-dsq_status dsq_cpu_matmul(const dsq_linear *W, const float *x, float *y, int n_tok)
+dsq_status dsq_cpu_matmul(const dsq_linear *W, const float *x, float *y, int n_tok, bool rounded_act)
 {
+    if (rounded_act) return dsq_linear_forward_gemv(W, x, y, n_tok);
     return dsq_linear_forward(W, x, y, n_tok);
 }

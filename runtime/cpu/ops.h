@@ -52,8 +52,9 @@ void dsq_cpu_swiglu(const float *gate, const float *up, float *out, size_t n);
 void dsq_cpu_add(float *y, const float *x, size_t n);
 /* out[t] = row tokens[t] of E (any storage type, dequantized). */
 dsq_status dsq_cpu_embed(const dsq_tensor *E, const int32_t *tokens, int n_tok, float *out);
-/* y = x W^T + b (runtime/linear.h). */
-dsq_status dsq_cpu_matmul(const dsq_linear *W, const float *x, float *y, int n_tok);
+/* y = x W^T + b (runtime/linear.h). rounded_act: the decode path (activations
+ * rounded to the weight's vec_dot type) whatever n_tok is. */
+dsq_status dsq_cpu_matmul(const dsq_linear *W, const float *x, float *y, int n_tok, bool rounded_act);
 
 /* ---- attention ----
  * Causal softmax(q k^T / sqrt(head_dim)) v for n queries at positions

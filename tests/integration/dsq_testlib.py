@@ -33,8 +33,21 @@ def default_model():
     return p
 
 
-def dsquant(*args):
+def wiki_path():
+    """WikiText-2's wiki.test.raw from $DSQ_DATA, $DSQ_SHARED_DIR/datasets or ../shared/datasets."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    dirs = [os.environ.get("DSQ_DATA"), os.environ.get("DSQ_SHARED_DIR") and
+            os.path.join(os.environ["DSQ_SHARED_DIR"], "datasets"),
+            os.path.join(here, "..", "..", "..", "shared", "datasets")]
+    for d in dirs:
+        if d and os.path.exists(os.path.join(d, "wiki.test.raw")):
+            return os.path.realpath(os.path.join(d, "wiki.test.raw"))
+    skip("wiki.test.raw not found (DSQ_DATA, $DSQ_SHARED_DIR/datasets, ../shared/datasets)")
+
+
+def dsquant(*args, env=None):
     """Runs `dsquant -q ARGS`; exits the test with dsquant's stderr when it fails."""
-    r = subprocess.run([binary(), "-q", *args], capture_output=True, text=True)
+    r = subprocess.run([binary(), "-q", *args], capture_output=True, text=True, env=env)
     if r.returncode != 0:
         sys.exit(f"dsquant {' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
+    return r.stdout
