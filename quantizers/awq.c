@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/cpu/vec.h" /* SIMD dot products: the clip search is mostly dots of one group */
+
 dsq_awq_opts dsq_awq_default_opts(void)
 {
     dsq_awq_opts o;
@@ -198,9 +200,7 @@ static dsq_status clip_group(const float *wg, int64_t gs, const float *xs, int64
         DSQ_TRY(fake_group(cw, gs, &o->q, q));
         double err = 0;
         for (int64_t tk = 0; tk < nt; tk++) {
-            float acc = 0.0f;
-            for (int64_t k = 0; k < gs; k++) acc += xs[tk * gs + k] * q[k];
-            double d = (double)acc - (double)org[tk];
+            double d = (double)dsq_vec_dot_f32(gs, xs + tk * gs, q) - (double)org[tk];
             err += d * d;
         }
         err /= (double)(nt ? nt : 1);
@@ -239,11 +239,7 @@ dsq_status dsq_awq_search_clip(const float *w, int64_t rows, int64_t cols, const
             if (!cw || !q || !org) continue;
             for (int64_t g = 0; g < ng; g++) {
                 const float *wg = w + r * cols + g * gs, *xg = xs + g * nt * gs;
-                for (int64_t t = 0; t < nt; t++) {
-                    float acc = 0.0f;
-                    for (int64_t k = 0; k < gs; k++) acc += xg[t * gs + k] * wg[k];
-                    org[t] = acc;
-                }
+                for (int64_t t = 0; t < nt; t++) org[t] = dsq_vec_dot_f32(gs, xg + t * gs, wg);
                 if (clip_group(wg, gs, xg, nt, org, o, cw, q, &max_val[r * ng + g]) != DSQ_OK) {
 #pragma omp atomic write
                     failed = 2;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "runtime/cpu/gemm.h" /* x^T x */
 
 #define ROW_TILE 8   /* rows that share each streamed row of U in the batched update */
 #define CHOL_NB 64   /* Cholesky block width */
@@ -26,6 +27,40 @@ dsq_status dsq_hessian_init(dsq_hessian *h, int64_t cols)
     return DSQ_OK;
 }
 
+/* x^T x of up to HCHUNK tokens is one F32 GEMM (as the reference accumulates
+ * in float32), added to the double sum; rows of the product are split over
+ * threads. */
+#define HCHUNK 256
+
+static dsq_status hessian_chunk(dsq_hessian *h, const float *x, int64_t t, float *xt, float *c)
+{
+    const int64_t n = h->cols;
+    for (int64_t i = 0; i < t; i++)
+        for (int64_t j = 0; j < n; j++) xt[j * t + i] = x[i * n + j];
+    int64_t bands = (n + 63) / 64;
+    int failed = 0;
+#pragma omp parallel
+    {
+        float *gs = dsq_gemm_scratch_alloc(dsq_gemm_scratch_floats(n, t));
+        if (!gs) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t b = 0; b < bands; b++) {
+            if (!gs) continue;
+            int64_t i0 = b * 64, m = n - i0 < 64 ? n - i0 : 64;
+            /* rows i0.. of x^T x, columns from i0 on (the upper triangle and a little more) */
+            dsq_gemm_f32(DSQ_GEMM_BN, m, n - i0, t, xt + i0 * t, t, x + i0, n, c + i0 * n + i0, n, false, gs);
+            for (int64_t i = i0; i < i0 + m; i++)
+                for (int64_t j = i; j < n; j++) h->h[i * n + j] += (double)c[i * n + j];
+        }
+        free(gs);
+    }
+    if (failed) return dsq_fail(DSQ_ERR_NOMEM, "hessian: out of memory for GEMM scratch");
+    return DSQ_OK;
+}
+
 dsq_status dsq_hessian_add(dsq_hessian *h, const float *x, int64_t n_rows)
 {
     if (!h || !h->h || h->final) return dsq_fail(DSQ_ERR_ARG, "hessian: not open for adding");
@@ -35,23 +70,17 @@ dsq_status dsq_hessian_add(dsq_hessian *h, const float *x, int64_t n_rows)
         if (!isfinite(x[i]))
             return dsq_fail(DSQ_ERR_NUMERIC, "hessian: input row %lld, column %lld is not finite", (long long)(i / n),
                             (long long)(i % n));
-    /* Upper triangle only (mirrored at finalize); tokens in chunks that stay in cache. */
-    const int64_t chunk = 64;
-    for (int64_t t0 = 0; t0 < n_rows; t0 += chunk) {
-        int64_t t1 = t0 + chunk < n_rows ? t0 + chunk : n_rows;
-#pragma omp parallel for schedule(dynamic, 16)
-        for (int64_t i = 0; i < n; i++) {
-            double *row = h->h + i * n;
-            for (int64_t t = t0; t < t1; t++) {
-                const float *xt = x + t * n;
-                double xi = xt[i];
-                if (xi == 0.0) continue;
-                for (int64_t j = i; j < n; j++) row[j] += xi * (double)xt[j];
-            }
-        }
-    }
-    h->n += (uint64_t)n_rows;
-    return DSQ_OK;
+    if (n_rows == 0) return DSQ_OK;
+    float *xt = malloc((size_t)(n * HCHUNK) * sizeof *xt), *c = malloc((size_t)(n * n) * sizeof *c);
+    dsq_status st = xt && c ? DSQ_OK
+                            : dsq_fail(DSQ_ERR_NOMEM, "hessian: out of memory for [%lld x %lld]", (long long)n,
+                                       (long long)n);
+    for (int64_t t0 = 0; st == DSQ_OK && t0 < n_rows; t0 += HCHUNK)
+        st = hessian_chunk(h, x + t0 * n, n_rows - t0 < HCHUNK ? n_rows - t0 : HCHUNK, xt, c);
+    free(xt);
+    free(c);
+    if (st == DSQ_OK) h->n += (uint64_t)n_rows;
+    return st;
 }
 
 dsq_status dsq_hessian_finalize(dsq_hessian *h)

@@ -349,7 +349,10 @@ static void prefix_tokens(const dsq_tokenizer *tok, const char *text, size_t len
 #define UNDER_SANITIZER 0
 #endif
 
-static double smol_ppl(const char *model, dsq_qmethod method, const dsq_calib_set *c, const dsq_tokens *eval)
+/* Perplexity (hf protocol, windows of 256) of the default model on two token
+ * sets after quantizing every layer with `method` (< 0: the float model). */
+static void smol_ppl(const char *model, dsq_qmethod method, int bits, const dsq_calib_set *c,
+                     const dsq_tokens *eval[2], double ppl[2])
 {
     dsq_model *m;
     expect_ok(dsq_model_open(model, &m));
@@ -357,31 +360,40 @@ static double smol_ppl(const char *model, dsq_qmethod method, const dsq_calib_se
     if ((int)method >= 0) {
         dsq_seq_opts o = dsq_seq_default_opts();
         o.method = method;
-        o.q.bits = 4;
+        o.q.bits = bits;
         o.q.group_size = 64;
         o.threads = 2;
         o.keep_fake_quant = true;
-        o.max_layers = UNDER_SANITIZER ? 1 : 6;
-        o.awq_loss_samples = 2;
-        o.awq.n_sample_token = 64;
+        o.max_layers = UNDER_SANITIZER ? 1 : 0; /* 0: every layer */
+        o.awq_loss_samples = 4;
+        o.awq.n_sample_token = 128;
         dsq_seq_report r;
         expect_ok(dsq_seq_quantize(m, c, &o, &r, &keep));
     }
     dsq_ctx *ctx;
     expect_ok(dsq_ctx_new(m, 256, 2, &ctx));
-    dsq_ppl_opts po;
-    dsq_ppl_opts_default(&po);
-    po.protocol = DSQ_PPL_HF;
-    po.ctx = 256;
-    po.chunks = UNDER_SANITIZER ? 1 : 3;
-    dsq_ppl_result pr;
-    expect_ok(dsq_ppl_tokens(ctx, eval->ids, (int64_t)eval->n, &po, &pr));
+    for (int k = 0; k < 2; k++) {
+        dsq_ppl_opts po;
+        dsq_ppl_opts_default(&po);
+        po.protocol = DSQ_PPL_HF;
+        po.ctx = 256;
+        po.chunks = UNDER_SANITIZER ? 1 : 6;
+        dsq_ppl_result pr;
+        expect_ok(dsq_ppl_tokens(ctx, eval[k]->ids, (int64_t)eval[k]->n, &po, &pr));
+        ppl[k] = pr.ppl;
+    }
     dsq_ctx_free(ctx);
     dsq_model_close(m);
     dsq_seq_keep_free(keep);
-    return pr.ppl;
 }
 
+/* The whole SmolLM2-135M at 4 and 3 bits, groups of 64, calibrated on the
+ * first 70% of tinyshakespeare. Two evaluations: WikiText-2 (another domain)
+ * and the held-out last 30% of tinyshakespeare (the calibration's domain).
+ * AWQ and GPTQ beat RTN on both (measured: 4-bit WikiText base 37.9, RTN
+ * 51.3, AWQ 45.7, GPTQ 48.8; 3-bit RTN 129.2, AWQ 80.3, GPTQ 121.3). GPTQ's
+ * margin on WikiText is the thin one: it fits the calibration domain
+ * (docs/algorithms.md), and with fewer windows it loses there. */
 static void test_smollm_awq_gptq_beat_rtn(void **state)
 {
     (void)state;
@@ -397,31 +409,42 @@ static void test_smollm_awq_gptq_beat_rtn(void **state)
     expect_ok(dsq_tokenizer_load(model, &tok));
     char path[4096], *text;
     size_t len;
-    dsq_tokens cal = {0}, ev = {0};
+    dsq_tokens cal = {0}, held = {0}, wiki = {0};
     expect_ok(dsq_calib_text("tinyshakespeare", path, sizeof path, &text, &len));
-    prefix_tokens(tok, text, len, 60000, &cal);
+    size_t cut = len * 7 / 10;
+    prefix_tokens(tok, text, cut, cut, &cal);
+    prefix_tokens(tok, text + cut, len - cut, 9000, &held);
     free(text);
     expect_ok(dsq_dataset_load("wikitext2", DSQ_TEXT_HF_JOIN, path, sizeof path, &text, &len));
-    prefix_tokens(tok, text, len, 8000, &ev);
+    prefix_tokens(tok, text, len, 9000, &wiki);
     free(text);
-    dsq_calib_opts co = {NULL, 8, 128, 0};
+    const dsq_tokens *ev[2] = {&wiki, &held};
+    dsq_calib_opts co = {NULL, UNDER_SANITIZER ? 2 : 24, 256, 0};
     dsq_calib_set c;
     expect_ok(dsq_calib_sample(cal.ids, (int64_t)cal.n, &co, &c));
-    double base = smol_ppl(model, (dsq_qmethod)-1, &c, &ev);
-    double rtn = smol_ppl(model, DSQ_QMETHOD_RTN, &c, &ev);
-    double awq = smol_ppl(model, DSQ_QMETHOD_AWQ, &c, &ev);
-    double gptq = smol_ppl(model, DSQ_QMETHOD_GPTQ, &c, &ev);
-    print_message("SmolLM2-135M, first 6 layers 4-bit g64, WikiText-2 hf ppl: base %.3f rtn %.3f awq %.3f gptq %.3f\n",
-                  base, rtn, awq, gptq);
-    assert_true(isfinite(base) && isfinite(rtn) && isfinite(awq) && isfinite(gptq));
-    if (!UNDER_SANITIZER) {
-        assert_true(rtn > base);
-        assert_true(awq < rtn);
-        assert_true(gptq < rtn);
+    double base[2], rtn[2], awq[2], gptq[2];
+    smol_ppl(model, (dsq_qmethod)-1, 4, &c, ev, base);
+    for (int bits = 4; bits >= 3; bits--) {
+        smol_ppl(model, DSQ_QMETHOD_RTN, bits, &c, ev, rtn);
+        smol_ppl(model, DSQ_QMETHOD_AWQ, bits, &c, ev, awq);
+        smol_ppl(model, DSQ_QMETHOD_GPTQ, bits, &c, ev, gptq);
+        for (int k = 0; k < 2; k++) {
+            print_message("SmolLM2-135M, every layer %d-bit g64, ppl on %s (6 x 256): base %.3f rtn %.3f awq %.3f "
+                          "gptq %.3f\n",
+                          bits, k ? "held-out tinyshakespeare" : "WikiText-2", base[k], rtn[k], awq[k], gptq[k]);
+            assert_true(isfinite(rtn[k]) && isfinite(awq[k]) && isfinite(gptq[k]));
+        }
+        if (UNDER_SANITIZER) break;
+        for (int k = 0; k < 2; k++) {
+            assert_true(rtn[k] > base[k]);
+            assert_true(awq[k] < rtn[k]);
+            assert_true(gptq[k] < rtn[k]);
+        }
     }
     dsq_calib_free(&c);
     dsq_tokens_free(&cal);
-    dsq_tokens_free(&ev);
+    dsq_tokens_free(&held);
+    dsq_tokens_free(&wiki);
     dsq_tokenizer_free(tok);
     free(model);
     free(shared);

@@ -84,7 +84,7 @@ static void test_hessian_accumulate(void **state)
             double s = 0.0;
             for (int t = 0; t < n; t++) s += (double)x[t * cols + i] * (double)x[t * cols + j];
             s *= 2.0 / n;
-            assert_true(fabs(h.h[i * cols + j] - s) <= 1e-12 * (1.0 + fabs(s)));
+            assert_true(fabs(h.h[i * cols + j] - s) <= 1e-5 * (1.0 + fabs(s))); /* F32 products per chunk */
         }
     assert_int_equal(dsq_hessian_add(&h, x, 1), DSQ_ERR_ARG); /* finalized */
     dsq_hessian_free(&h);

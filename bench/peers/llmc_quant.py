@@ -1,0 +1,62 @@
+"""llm-compressor side of the peer comparison (runs in the peers venv, see
+bench/peers/setup.sh; driven by bench/peers/run_peers.py, not by CI).
+
+Quantizes a Hugging Face folder with llm-compressor's AWQ or GPTQ on the CPU,
+calibrating on exactly the token windows dsquant used (a JSON list of id
+lists written by run_peers.py), and saves the compressed-tensors folder.
+
+Recipes are llm-compressor's own defaults for each method, only the scheme
+set to the bits/group being compared:
+  gptq  GPTQModifier(config_groups=INT{bits} sym group {group}, ignore lm_head)
+        (dampening_frac 0.01, block_size 128, actorder "static" by default)
+  awq   AWQModifier() (duo scaling, n_grid 20, default Llama mappings)
+        + QuantizationModifier(INT{bits} asym group {group}, ignore lm_head)
+"""
+import argparse
+import json
+import time
+
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM
+from llmcompressor import oneshot
+from llmcompressor.modifiers.quantization import GPTQModifier, QuantizationModifier
+from llmcompressor.modifiers.transform.awq import AWQModifier
+
+
+def scheme(bits, group, sym):
+    return {"group_0": {"targets": ["Linear"],
+                        "weights": {"num_bits": bits, "type": "int", "symmetric": sym,
+                                    "strategy": "group", "group_size": group}}}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--method", choices=["awq", "gptq"], required=True)
+    ap.add_argument("--bits", type=int, default=4)
+    ap.add_argument("--group", type=int, default=64)
+    ap.add_argument("--windows", required=True, help="JSON list of token-id lists")
+    ap.add_argument("--threads", type=int, default=0)
+    a = ap.parse_args()
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    windows = json.load(open(a.windows))
+    n, seqlen = len(windows), len(windows[0])
+    ds = Dataset.from_dict({"input_ids": windows, "attention_mask": [[1] * seqlen for _ in windows]})
+    t0 = time.time()
+    model = AutoModelForCausalLM.from_pretrained(a.model, dtype="auto")
+    if a.method == "gptq":
+        recipe = [GPTQModifier(config_groups=scheme(a.bits, a.group, True), ignore=["lm_head"])]
+    else:
+        recipe = [AWQModifier(), QuantizationModifier(config_groups=scheme(a.bits, a.group, False),
+                                                      ignore=["lm_head"])]
+    oneshot(model=model, dataset=ds, recipe=recipe, max_seq_length=seqlen, num_calibration_samples=n,
+            output_dir=a.out, save_compressed=True)
+    print(json.dumps({"seconds": time.time() - t0, "n_samples": n, "seqlen": seqlen,
+                      "torch": torch.__version__, "dtype": str(model.dtype)}))
+
+
+if __name__ == "__main__":
+    main()
