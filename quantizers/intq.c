@@ -21,7 +21,7 @@ dsq_status dsq_intq_check(const dsq_intq_params *p, int64_t cols)
         return dsq_fail(DSQ_ERR_ARG, "intq: input width %lld is out of range", (long long)cols);
     if (!(p->clip == 0.0f || (p->clip > 0.0f && p->clip <= 1.0f)))
         return dsq_fail(DSQ_ERR_ARG, "intq: clip ratio %g is not in (0, 1]", (double)p->clip);
-    if (p->group_size == -1) return DSQ_OK;
+    if (p->group_size == -1 || p->group_size == cols) return DSQ_OK; /* one group per row, however spelled */
     bool known = false;
     for (size_t i = 0; i < sizeof k_group_sizes / sizeof k_group_sizes[0]; i++)
         if (p->group_size == k_group_sizes[i]) known = true;
