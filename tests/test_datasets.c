@@ -162,23 +162,9 @@ static void test_shared_files_match(void **state)
 }
 
 /* Points every search folder at an empty tree, returning the old values. */
-typedef struct env_save {
-    char *data, *shared, *cache, *cwd, *offline;
-} env_save;
-
-static char *dup_env(const char *k) { return getenv(k) ? strdup(getenv(k)) : NULL; }
-
-static void restore(const char *k, char *v)
+static dsq_test_env isolate(const char *dir)
 {
-    if (v) setenv(k, v, 1);
-    else unsetenv(k);
-    free(v);
-}
-
-static env_save isolate(const char *dir)
-{
-    env_save e = {dup_env("DSQ_DATA"), dup_env("DSQ_SHARED_DIR"), dup_env("DSQ_CACHE"), getcwd(NULL, 0),
-                  dup_env("DSQ_OFFLINE")};
+    dsq_test_env e = dsq_test_env_save();
     setenv("DSQ_OFFLINE", "1", 1); /* a missing file must not be fetched from the network here */
     char sub[4096];
     snprintf(sub, sizeof sub, "%s/a", dir);
@@ -194,22 +180,14 @@ static env_save isolate(const char *dir)
     return e;
 }
 
-static void unisolate(env_save *e)
-{
-    assert_int_equal(chdir(e->cwd), 0);
-    free(e->cwd);
-    restore("DSQ_DATA", e->data);
-    restore("DSQ_SHARED_DIR", e->shared);
-    restore("DSQ_CACHE", e->cache);
-    restore("DSQ_OFFLINE", e->offline);
-}
+static void unisolate(dsq_test_env *e) { dsq_test_env_restore(e); }
 
 static void test_modified_file_warns(void **state)
 {
     (void)state;
     char *dir = dsq_test_mkdtemp(), path[4096], *text;
     size_t len;
-    env_save e = isolate(dir);
+    dsq_test_env e = isolate(dir);
     free(dsq_test_write(dir, "ptb.test.txt", " a b c \n", 8));
     capture();
     expect_ok(dsq_dataset_load("ptb", DSQ_TEXT_RAW, path, sizeof path, &text, &len));
@@ -254,7 +232,7 @@ static void test_missing_file_error(void **state)
     (void)state;
     char *dir = dsq_test_mkdtemp(), path[4096], *text;
     size_t len;
-    env_save e = isolate(dir);
+    dsq_test_env e = isolate(dir);
     assert_int_equal(dsq_dataset_load("tinyshakespeare", DSQ_TEXT_RAW, path, sizeof path, &text, &len),
                      DSQ_ERR_NOT_FOUND);
     const char *m = dsq_errmsg();

@@ -135,27 +135,11 @@ static uint8_t *make_zip(const zmember *m, int n, size_t *len, zinfo *info)
 
 /* ---- environment: a private cache, no other data folder ---- */
 
-typedef struct env_save {
-    char *data, *shared, *cache, *offline, *mirror, *cwd;
-} env_save;
-
-static char *dup_env(const char *k) { return getenv(k) ? strdup(getenv(k)) : NULL; }
-
-static void restore(const char *k, char *v)
-{
-    if (v)
-        setenv(k, v, 1);
-    else
-        unsetenv(k);
-    free(v);
-}
-
 /* Only dir/cache/datasets is searched (it does not exist yet), and the
  * mirror is dir/mirror; cwd dir/a/b has no ../shared. */
-static env_save isolate(const char *dir)
+static dsq_test_env isolate(const char *dir)
 {
-    env_save e = {dup_env("DSQ_DATA"),    dup_env("DSQ_SHARED_DIR"),  dup_env("DSQ_CACHE"),
-                  dup_env("DSQ_OFFLINE"), dup_env("DSQ_DATA_MIRROR"), getcwd(NULL, 0)};
+    dsq_test_env e = dsq_test_env_save();
     char sub[4096];
     snprintf(sub, sizeof sub, "%s/a", dir);
     assert_int_equal(mkdir(sub, 0755), 0);
@@ -175,15 +159,9 @@ static env_save isolate(const char *dir)
     return e;
 }
 
-static void unisolate(env_save *e)
+static void unisolate(dsq_test_env *e)
 {
-    assert_int_equal(chdir(e->cwd), 0);
-    free(e->cwd);
-    restore("DSQ_DATA", e->data);
-    restore("DSQ_SHARED_DIR", e->shared);
-    restore("DSQ_CACHE", e->cache);
-    restore("DSQ_OFFLINE", e->offline);
-    restore("DSQ_DATA_MIRROR", e->mirror);
+    dsq_test_env_restore(e);
     dsq_log_set_sink(NULL, NULL);
 }
 
@@ -250,7 +228,7 @@ static void test_plain_file_download(void **state)
     (void)state;
     char *dir = dsq_test_mkdtemp(), path[4096], *text;
     size_t len;
-    env_save e = isolate(dir);
+    dsq_test_env e = isolate(dir);
     char *mirror = path_in(dir, "mirror");
     capture();
 
@@ -341,7 +319,7 @@ static void test_zip_dataset_download(void **state)
 {
     (void)state;
     char *dir = dsq_test_mkdtemp();
-    env_save e = isolate(dir);
+    dsq_test_env e = isolate(dir);
     capture();
     const char *fake = " \n = Not Robert Boulter = \n \n";
     run_wikitext_zip(dir, fake, strlen(fake), false);
@@ -528,7 +506,7 @@ static void test_offline(void **state)
 {
     (void)state;
     char *dir = dsq_test_mkdtemp(), path[4096];
-    env_save e = isolate(dir);
+    dsq_test_env e = isolate(dir);
     char *mirror = path_in(dir, "mirror");
     free(dsq_test_write(mirror, "ptb.test.txt", "x", 1));
     capture();
@@ -580,7 +558,7 @@ static void test_missing_source(void **state)
     free(got);
     expect_entries(dir, "out", 1);
     /* Through the registry: today's message plus the reason, and an empty cache. */
-    env_save e = isolate(dir);
+    dsq_test_env e = isolate(dir);
     capture();
     assert_int_equal(dsq_dataset_path("wikitext2", DSQ_TEXT_RAW, path, sizeof path), DSQ_ERR_NOT_FOUND);
     const char *m = dsq_errmsg();

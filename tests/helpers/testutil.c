@@ -121,3 +121,30 @@ float dsq_test_randn(uint64_t *s)
     double u2 = (double)(dsq_test_rand(s) >> 11) / 9007199254740992.0;
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
+
+static const char *const g_env_vars[DSQ_TEST_ENV_VARS] = {"DSQ_DATA", "DSQ_SHARED_DIR", "DSQ_CACHE", "DSQ_OFFLINE",
+                                                          "DSQ_DATA_MIRROR"};
+
+dsq_test_env dsq_test_env_save(void)
+{
+    dsq_test_env e;
+    for (int i = 0; i < DSQ_TEST_ENV_VARS; i++) {
+        const char *v = getenv(g_env_vars[i]);
+        e.val[i] = v ? strdup(v) : NULL;
+    }
+    e.cwd = getcwd(NULL, 0);
+    return e;
+}
+
+void dsq_test_env_restore(dsq_test_env *e)
+{
+    if (e->cwd && chdir(e->cwd) != 0) fprintf(stderr, "cannot return to %s\n", e->cwd);
+    free(e->cwd);
+    e->cwd = NULL;
+    for (int i = 0; i < DSQ_TEST_ENV_VARS; i++) {
+        if (e->val[i]) setenv(g_env_vars[i], e->val[i], 1);
+        else unsetenv(g_env_vars[i]);
+        free(e->val[i]);
+        e->val[i] = NULL;
+    }
+}

@@ -27,6 +27,18 @@ char *dsq_test_default_model(void);
  * stderr of the command is captured into errbuf when non-NULL. */
 int dsq_test_run(const char *cmd, char *errbuf, size_t errcap);
 
+/* The dataset-lookup environment (DSQ_DATA, DSQ_SHARED_DIR, DSQ_CACHE,
+ * DSQ_OFFLINE, DSQ_DATA_MIRROR) and the working folder, saved so a test can
+ * change them and put them back. */
+#define DSQ_TEST_ENV_VARS 5
+typedef struct dsq_test_env {
+    char *val[DSQ_TEST_ENV_VARS]; /* NULL: was unset */
+    char *cwd;
+} dsq_test_env;
+dsq_test_env dsq_test_env_save(void);
+/* Restores every variable and the working folder, and frees the snapshot. */
+void dsq_test_env_restore(dsq_test_env *e);
+
 /* Deterministic PRNG for test data. */
 uint64_t dsq_test_rand(uint64_t *state);
 float dsq_test_randn(uint64_t *state);
