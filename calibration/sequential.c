@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "core/fileio.h"
 #include "core/log.h"
 #include "quantizers/gptq.h"
 #include "runtime/cpu/ops.h"
@@ -163,6 +164,11 @@ static dsq_status layer_end(layer_st *s, dsq_seq_keep *keep)
 {
     dsq_layer *L = &s->m->layers[s->l];
     dsq_status st = DSQ_OK;
+    /* The layer's input weights are done with: drop their mapped pages so the
+     * resident set stays near one layer whatever the model size. */
+    for (int id = 0; id < DSQ_LIN_COUNT; id++)
+        if (!s->orig[id].owned && s->orig[id].data)
+            dsq_release_pages(s->orig[id].data, (uint64_t)s->orig[id].out * (uint64_t)s->orig[id].row_bytes);
     for (int id = 0; id < DSQ_LIN_COUNT; id++) {
         if (keep && st == DSQ_OK && s->w[id]) {
             st = keep_add(keep, s->w[id]);

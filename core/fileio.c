@@ -503,3 +503,13 @@ dsq_status dsq_rmtree(const char *path)
     if (rmdir(path) != 0) return dsq_fail_errno(DSQ_ERR_IO, "%s: cannot remove folder", path);
     return s;
 }
+
+void dsq_release_pages(const void *p, uint64_t n)
+{
+    static long page;
+    if (!page) page = sysconf(_SC_PAGESIZE);
+    if (page <= 0 || !p || n == 0) return;
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+    uintptr_t b = ((uintptr_t)p + (uintptr_t)n) & ~((uintptr_t)page - 1);
+    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}

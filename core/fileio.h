@@ -20,6 +20,11 @@ typedef struct dsq_mmap {
 
 dsq_status dsq_mmap_open(const char *path, dsq_mmap *m);
 void dsq_mmap_close(dsq_mmap *m);
+/* Drops the pages of [p, p + n), a part of a read-only mapping, from our
+ * resident set once a streaming pass is done with them (the page cache keeps
+ * them; touching them again reads them back). Only whole pages inside the
+ * range are dropped, so neighbours sharing a page stay resident. */
+void dsq_release_pages(const void *p, uint64_t n);
 
 /* Reads a whole (small) file into a NUL-terminated malloc'd buffer; max_size guards hostile sizes. */
 dsq_status dsq_read_file(const char *path, size_t max_size, char **out, size_t *out_len);

@@ -176,18 +176,6 @@ static dsq_status streamer_init(streamer *s, const dsq_arch *arch, bool to_gguf,
     return DSQ_OK;
 }
 
-/* Drops the input pages [p, p+n) from our resident set; the page cache keeps
- * them. Only whole pages inside the range are touched. */
-static void release_pages(const void *p, uint64_t n)
-{
-    static long page;
-    if (!page) page = sysconf(_SC_PAGESIZE);
-    if (page <= 0 || !p || n == 0) return;
-    uintptr_t a = ((uintptr_t)p + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
-    uintptr_t b = ((uintptr_t)p + (uintptr_t)n) & ~((uintptr_t)page - 1);
-    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
-}
-
 /* Values that are NaN or Inf, counted on the output encoding's bit patterns. */
 static uint64_t count_nonfinite(dsq_type t, const void *data, uint64_t n)
 {
@@ -224,7 +212,7 @@ static dsq_status produce(streamer *s, const dsq_tensor *src, dsq_type out, uint
         st = dsq_dequantize(src->type, p, s->f32, 1, (int64_t)n);
         if (st == DSQ_OK) st = dsq_convert_row(DSQ_TYPE_F32, s->f32, out, dst, (size_t)n);
     }
-    release_pages(p, n / ti->block_elems * ti->block_bytes);
+    dsq_release_pages(p, n / ti->block_elems * ti->block_bytes);
     return st;
 }
 
@@ -236,7 +224,7 @@ static dsq_status stream_copy(streamer *s, const dsq_tensor *src, uint64_t *bad)
         uint64_t len = src->nbytes - off < COPY_BYTES ? src->nbytes - off : COPY_BYTES;
         *bad += count_nonfinite(src->type, p + off, len / es);
         DSQ_TRY(s->sink(s->w, p + off, len));
-        release_pages(p + off, len);
+        dsq_release_pages(p + off, len);
     }
     return DSQ_OK;
 }

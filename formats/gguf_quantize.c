@@ -440,16 +440,6 @@ static dsq_status grow(void **buf, uint64_t *cap, uint64_t n, size_t elem, const
     return DSQ_OK;
 }
 
-/* Drops the input pages [p, p+n) from our resident set (the page cache keeps them). */
-static void release_pages(const void *p, uint64_t n)
-{
-    long page = sysconf(_SC_PAGESIZE);
-    if (page <= 0 || !p || n == 0) return;
-    uintptr_t a = ((uintptr_t)p + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
-    uintptr_t b = ((uintptr_t)p + (uintptr_t)n) & ~((uintptr_t)page - 1);
-    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
-}
-
 /* Rows [row0, row0 + nrows) of a tensor, x pointing at row0. */
 static dsq_status check_finite(const char *name, const float *x, int64_t ne0, int64_t row0, int64_t nrows)
 {
@@ -484,7 +474,7 @@ static dsq_status load_f32(qrun *r, size_t i, const float **out)
     }
     DSQ_TRY(grow((void **)&r->f32, &r->f32_cap, n, sizeof(float), t->name));
     dsq_status st = dsq_dequantize(v.type, v.data, r->f32, (int64_t)(n / (uint64_t)t->ne[0]), t->ne[0]);
-    release_pages(v.data, v.nbytes);
+    dsq_release_pages(v.data, v.nbytes);
     if (st != DSQ_OK) return dsq_fail_context(st, "tensor %s", t->name);
     *out = r->f32;
     return DSQ_OK;
@@ -579,7 +569,7 @@ static dsq_status copy_gguf_tensor(qrun *r, size_t i, dsq_gguf_writer *w)
     for (uint64_t off = 0; off < v.nbytes; off += COPY_BYTES) {
         uint64_t len = v.nbytes - off < COPY_BYTES ? v.nbytes - off : COPY_BYTES;
         DSQ_TRY(dsq_gguf_writer_write(w, p + off, len));
-        release_pages(p + off, len);
+        dsq_release_pages(p + off, len);
     }
     return DSQ_OK;
 }
@@ -613,7 +603,7 @@ static dsq_status emit_tensor(qrun *r, size_t i, dsq_gguf_writer *w, dsq_gguf_qu
     DSQ_TRY(quantize_tensor(r, i, x, c->type, rt->bytes_out, imatrix));
     if (r->src.g) {
         dsq_tensor v;
-        if (dsq_gguf_tensor(r->src.g, i, &v) == DSQ_OK) release_pages(v.data, v.nbytes);
+        if (dsq_gguf_tensor(r->src.g, i, &v) == DSQ_OK) dsq_release_pages(v.data, v.nbytes);
     }
     return dsq_gguf_writer_write(w, r->qbuf, rt->bytes_out);
 }

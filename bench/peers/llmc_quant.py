@@ -22,6 +22,13 @@ from transformers import AutoModelForCausalLM
 from llmcompressor import oneshot
 from llmcompressor.modifiers.quantization import GPTQModifier, QuantizationModifier
 from llmcompressor.modifiers.transform.awq import AWQModifier
+from llmcompressor.pipelines.cache import IntermediatesCache
+
+# llm-compressor 0.14's AWQ pins its cached activations (pin_memory), a CUDA call
+# that raises "Found no NVIDIA driver" on a CPU-only machine; pinning only speeds
+# host-to-GPU copies, so on the CPU it is a no-op here.
+if not torch.cuda.is_available():
+    IntermediatesCache.pin_memory = lambda self, *args, **kwargs: None
 
 
 def scheme(bits, group, sym):
