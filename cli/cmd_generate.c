@@ -67,8 +67,9 @@ static int parse_float(const char *opt, const char *val, float lo, float hi, flo
     return 0;
 }
 
-static int parse_opt(int argc, char **argv, int *i, gen_args *a)
+static int parse_opt(int argc, char **argv, int *i, void *user)
 {
+    gen_args *a = user;
     const char *opt = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
     long long v;
     if (!strcmp(opt, "--chat") || !strcmp(opt, "--f32-act")) {
@@ -106,18 +107,8 @@ static int parse(int argc, char **argv, gen_args *a)
 {
     dsq_sampler_params_default(&a->sp);
     a->n_predict = 128;
-    for (int i = 1; i < argc; i++) {
-        int exit_now, rc;
-        if (dsq_cli_common_opt(argc, argv, &i, g_usage, &exit_now)) {
-            if (exit_now) return -1;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            if ((rc = parse_opt(argc, argv, &i, a))) return rc;
-        } else if (!a->model) {
-            a->model = argv[i];
-        } else {
-            return usage_error("unexpected argument ", argv[i]);
-        }
-    }
+    int n_pos, rc = dsq_cli_walk(argc, argv, "generate", g_usage, parse_opt, a, &a->model, 1, &n_pos);
+    if (rc) return rc;
     if (!a->model) return usage_error("missing MODEL", NULL);
     if (!a->prompt) return usage_error("missing -p PROMPT", NULL);
     if (a->system && !a->chat) return usage_error("--system needs --chat", NULL);

@@ -47,8 +47,9 @@ static int usage_error(const char *msg, const char *what)
     return dsq_cli_usage_error("imatrix", msg, what);
 }
 
-static int parse_opt(int argc, char **argv, int *i, im_args *a)
+static int parse_opt(int argc, char **argv, int *i, void *user)
 {
+    im_args *a = user;
     const char *opt = argv[*i];
     const dsq_cli_eval_ints ints = {&a->o.ctx, &a->o.chunks, &a->o.batch, &a->threads, NULL};
     int taken = dsq_cli_eval_int_opt(argc, argv, i, 1 << 20, &ints);
@@ -70,18 +71,8 @@ static int parse(int argc, char **argv, im_args *a)
 {
     dsq_imatrix_opts_default(&a->o);
     a->out = "imatrix.dat";
-    for (int i = 1; i < argc; i++) {
-        int exit_now, rc;
-        if (dsq_cli_common_opt(argc, argv, &i, g_usage, &exit_now)) {
-            if (exit_now) return -1;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            if ((rc = parse_opt(argc, argv, &i, a))) return rc;
-        } else if (!a->model) {
-            a->model = argv[i];
-        } else {
-            return usage_error("unexpected argument ", argv[i]);
-        }
-    }
+    int n_pos, rc = dsq_cli_walk(argc, argv, "imatrix", g_usage, parse_opt, a, &a->model, 1, &n_pos);
+    if (rc) return rc;
     if (!a->model) return usage_error("missing MODEL", NULL);
     if (!a->data) return usage_error("missing --data", NULL);
     return 0;

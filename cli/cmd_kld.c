@@ -54,8 +54,9 @@ static int usage_error(const char *msg, const char *what)
     return dsq_cli_usage_error("kld", msg, what);
 }
 
-static int parse_opt(int argc, char **argv, int *i, kld_args *a)
+static int parse_opt(int argc, char **argv, int *i, void *user)
 {
+    kld_args *a = user;
     const char *opt = argv[*i];
     const dsq_cli_eval_ints ints = {&a->o.ctx, &a->o.chunks, &a->o.batch, &a->threads, &a->ctx_given};
     int taken = dsq_cli_eval_int_opt(argc, argv, i, 1 << 20, &ints);
@@ -79,18 +80,8 @@ static int parse_opt(int argc, char **argv, int *i, kld_args *a)
 static int parse(int argc, char **argv, kld_args *a)
 {
     dsq_kld_opts_default(&a->o);
-    for (int i = 1; i < argc; i++) {
-        int exit_now, rc;
-        if (dsq_cli_common_opt(argc, argv, &i, g_usage, &exit_now)) {
-            if (exit_now) return -1;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            if ((rc = parse_opt(argc, argv, &i, a))) return rc;
-        } else if (a->n_pos < 2) {
-            a->pos[a->n_pos++] = argv[i];
-        } else {
-            return usage_error("unexpected argument ", argv[i]);
-        }
-    }
+    int rc = dsq_cli_walk(argc, argv, "kld", g_usage, parse_opt, a, a->pos, 2, &a->n_pos);
+    if (rc) return rc;
     if (a->logits) {
         if (a->n_pos != 1) return usage_error("with --logits give exactly one model, the quantized one", NULL);
         if (a->save) return usage_error("--logits and --save-logits exclude each other", NULL);

@@ -37,6 +37,14 @@ long long dsq_cli_parse_int(const char *opt, const char *val, long long min, lon
 /* Prints "dsquant: error: CMD: MSG WHAT (see dsquant CMD --help)" (WHAT may be NULL) and returns 2. */
 int dsq_cli_usage_error(const char *cmd, const char *msg, const char *what);
 
+/* One option at argv[*i] (advancing *i past its value): 0 when taken, else the exit status. */
+typedef int (*dsq_cli_opt_fn)(int argc, char **argv, int *i, void *user);
+/* Walks argv[1..]: the common options, other options through opt, and up to
+ * max_pos positional arguments into pos (*n_pos of them). Returns 0 to go on,
+ * -1 after --help, or the exit status of a usage error. */
+int dsq_cli_walk(int argc, char **argv, const char *cmd, const char *usage, dsq_cli_opt_fn opt, void *user,
+                 const char **pos, int max_pos, int *n_pos);
+
 /* Where an evaluation command (ppl, kld, imatrix) keeps --ctx, --chunks, --batch
  * and --threads; ctx_given (may be NULL) is set when --ctx is given. */
 typedef struct dsq_cli_eval_ints {

@@ -72,3 +72,22 @@ int dsq_cli_eval_int_opt(int argc, char **argv, int *i, long long max, const dsq
     if (field == dst->ctx && dst->ctx_given) *dst->ctx_given = true;
     return 1;
 }
+
+int dsq_cli_walk(int argc, char **argv, const char *cmd, const char *usage, dsq_cli_opt_fn opt, void *user,
+                 const char **pos, int max_pos, int *n_pos)
+{
+    *n_pos = 0;
+    for (int i = 1; i < argc; i++) {
+        int exit_now, rc;
+        if (dsq_cli_common_opt(argc, argv, &i, usage, &exit_now)) {
+            if (exit_now) return -1;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            if ((rc = opt(argc, argv, &i, user))) return rc;
+        } else if (*n_pos < max_pos) {
+            pos[(*n_pos)++] = argv[i];
+        } else {
+            return dsq_cli_usage_error(cmd, "unexpected argument ", argv[i]);
+        }
+    }
+    return 0;
+}
