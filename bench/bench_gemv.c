@@ -233,7 +233,9 @@ typedef struct gshape {
     int64_t m, n, k; /* tokens, output rows, input columns */
 } gshape;
 
-static const gshape g_shapes[] = {{512, 1536, 576}, {512, 576, 1536}, {512, 4096, 4096}};
+/* SmolLM2's MLP shapes at one 512-token sample and at a calibration batch, and a 7B-class square */
+static const gshape g_shapes[] = {{512, 1536, 576}, {512, 576, 1536}, {8192, 1536, 576}, {8192, 576, 1536},
+                                  {512, 4096, 4096}};
 
 static double gflops(const gshape *s, double secs)
 {
@@ -242,10 +244,13 @@ static double gflops(const gshape *s, double secs)
 
 static void run_gemm(const opts *o)
 {
-    printf("\nF32 GEMM, %d reps, best; GFLOP/s (2 m n k / s)\n\n| m x n x k | dsq_gemm_f32 1 thr |", o->reps);
-    for (int t = 0; t < o->n_threads; t++) printf(" linear F32 %d thr |", o->threads[t]);
+    printf("\nF32 and BF16 GEMM, %d reps, best; GFLOP/s (2 m n k / s); BF16 kernel: %s\n\n"
+           "| m x n x k | dsq_gemm_f32 1 thr |",
+           o->reps, dsq_cpu_use_bf16_gemm() ? "AVX512-BF16" : "scalar reference");
+    for (int t = 0; t < o->n_threads; t++)
+        printf(" linear F32 %d thr | linear BF16 %d thr | BF16/F32 |", o->threads[t], o->threads[t]);
     printf("\n|---|---:|");
-    for (int t = 0; t < o->n_threads; t++) printf("---:|");
+    for (int t = 0; t < o->n_threads; t++) printf("---:|---:|---:|");
     printf("\n");
     for (size_t si = 0; si < sizeof g_shapes / sizeof *g_shapes; si++) {
         const gshape *s = &g_shapes[si];
@@ -271,14 +276,17 @@ static void run_gemm(const opts *o)
         if (dsq_linear_init(&W, DSQ_TYPE_F32, B, s->n, s->k) != DSQ_OK) die("linear");
         for (int t = 0; t < o->n_threads; t++) {
             dsq_cpu_set_threads(o->threads[t]);
-            best = 1e30;
+            double b32 = 1e30, b16 = 1e30;
             for (int r = -1; r < o->reps; r++) {
                 double t0 = now_s();
                 if (dsq_linear_forward_gemm(&W, A, C, (int)s->m) != DSQ_OK) die("gemm");
-                double el = now_s() - t0;
-                if (r >= 0 && el < best) best = el;
+                double t1 = now_s();
+                if (dsq_linear_forward_bf16(&W, A, C, (int)s->m) != DSQ_OK) die("gemm bf16");
+                double t2 = now_s();
+                if (r >= 0 && t1 - t0 < b32) b32 = t1 - t0;
+                if (r >= 0 && t2 - t1 < b16) b16 = t2 - t1;
             }
-            printf(" %.1f |", gflops(s, best));
+            printf(" %.1f | %.1f | %.2fx |", gflops(s, b32), gflops(s, b16), b32 / b16);
         }
         printf("\n");
         dsq_linear_release(&W);

@@ -7,6 +7,7 @@
 #include "quantizers/qtypes.h"
 #include "runtime/cpu/cpu.h"
 #include "runtime/cpu/gemm.h"
+#include "runtime/cpu/gemm_bf16.h"
 #include "runtime/cpu/qgemv.h"
 #include "runtime/cpu/vec.h"
 
@@ -188,40 +189,88 @@ static void add_bias(const dsq_linear *W, float *y, int n_tok)
         for (int64_t r = 0; r < W->out; r++) y[(size_t)t * W->out + r] += W->bias[r];
 }
 
-/* Output-row tile width: wide tiles amortise the packing, but every thread
- * needs several tiles to balance narrow matrices (k/v projections). */
-static int64_t tile_width(int64_t out, int threads)
+/* Work items of the batched paths: tiles of output rows times blocks of
+ * tokens. Wide tiles amortise turning W into F32 and packing it, and each
+ * token block is streamed once per tile, so blocks keep that stream in cache
+ * at calibration sizes (thousands of tokens); narrow matrices still need
+ * several items per thread. */
+#define TOKEN_BLOCK 1024
+#define TILE_BYTES (1 << 20) /* the F32 tile stays within a core's L2 */
+
+typedef struct tiling {
+    int64_t nc, ntiles, ntb, items;
+} tiling;
+
+static tiling plan_tiles(int64_t out, int64_t in, int n_tok, int threads, int64_t min_nc)
 {
-    int64_t nc = 64;
-    while (nc > DSQ_GEMM_NR && (out + nc - 1) / nc < 4 * threads) nc /= 2;
-    return nc;
+    tiling t;
+    t.ntb = (n_tok + TOKEN_BLOCK - 1) / TOKEN_BLOCK;
+    t.nc = 256;
+    while (t.nc > min_nc && t.nc * in * (int64_t)sizeof(float) > TILE_BYTES) t.nc /= 2;
+    while (t.nc > min_nc && (out + t.nc - 1) / t.nc * t.ntb < 4 * threads) t.nc /= 2;
+    t.ntiles = (out + t.nc - 1) / t.nc;
+    t.items = t.ntiles * t.ntb;
+    return t;
+}
+
+/* Both batched paths: bf16 rounds x once and multiplies with dsq_gemm_bf16. */
+static dsq_status forward_tiled(const dsq_linear *W, const float *x, float *y, int n_tok, bool bf16)
+{
+    if (n_tok <= 0) return DSQ_OK;
+    int threads = dsq_cpu_threads();
+    tiling tl = plan_tiles(W->out, W->in, n_tok, threads, bf16 ? DSQ_GEMM_BF16_NR : DSQ_GEMM_NR);
+    if (tl.items < threads) threads = (int)tl.items;
+    int64_t lda = bf16 ? dsq_gemm_bf16_lda(W->in) : W->in;
+    size_t tile_b = ((size_t)tl.nc * (size_t)W->in * sizeof(float) + 63) & ~(size_t)63;
+    size_t gemm_b = bf16 ? dsq_gemm_bf16_scratch_bytes(tl.nc, W->in) : dsq_gemm_scratch_floats(tl.nc, W->in) * sizeof(float);
+    size_t per = tile_b + ((gemm_b + 63) & ~(size_t)63);
+    uint16_t *xb = bf16 ? malloc((size_t)n_tok * (size_t)lda * sizeof *xb) : NULL;
+    char *scratch = aligned_alloc(64, per * (size_t)threads);
+    if (!scratch || (bf16 && !xb)) {
+        free(xb);
+        free(scratch);
+        return dsq_fail(DSQ_ERR_NOMEM, "linear %lld x %lld: out of memory for the GEMM tiles of %d tokens",
+                        (long long)W->out, (long long)W->in, n_tok);
+    }
+#pragma omp parallel num_threads(threads)
+    {
+        if (bf16) {
+#pragma omp for schedule(static)
+            for (int t = 0; t < n_tok; t++)
+                dsq_gemm_bf16_round_rows(x + (size_t)t * (size_t)W->in, W->in, 1, W->in,
+                                         xb + (size_t)t * (size_t)lda, lda);
+        }
+        float *tile = (float *)(scratch + per * (size_t)omp_get_thread_num());
+        void *gs = (char *)tile + tile_b;
+        int64_t have = -1; /* the tile now in this thread's buffer */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < tl.items; it++) {
+            int64_t q = it / tl.ntb, t0 = (it % tl.ntb) * TOKEN_BLOCK;
+            int64_t r0 = q * tl.nc, w = W->out - r0 < tl.nc ? W->out - r0 : tl.nc;
+            int64_t nt = n_tok - t0 < TOKEN_BLOCK ? n_tok - t0 : TOKEN_BLOCK;
+            if (have != q) W->vt->rows_f32(W, r0, w, tile);
+            have = q;
+            float *yb = y + t0 * W->out + r0;
+            if (bf16)
+                dsq_gemm_bf16(DSQ_GEMM_BT, nt, w, W->in, xb + t0 * lda, lda, tile, W->in, yb, W->out, false, gs);
+            else
+                dsq_gemm_f32(DSQ_GEMM_BT, nt, w, W->in, x + t0 * lda, lda, tile, W->in, yb, W->out, false, gs);
+        }
+    }
+    free(xb);
+    free(scratch);
+    add_bias(W, y, n_tok);
+    return DSQ_OK;
 }
 
 dsq_status dsq_linear_forward_gemm(const dsq_linear *W, const float *x, float *y, int n_tok)
 {
-    if (n_tok <= 0) return DSQ_OK;
-    int threads = dsq_cpu_threads();
-    int64_t nc = tile_width(W->out, threads), ntiles = (W->out + nc - 1) / nc;
-    if (ntiles < threads) threads = (int)ntiles;
-    size_t tile_f = (size_t)nc * (size_t)W->in, gemm_f = dsq_gemm_scratch_floats(nc, W->in);
-    size_t per = (tile_f + gemm_f + 15) & ~(size_t)15; /* keeps each thread's part 64-byte aligned */
-    float *scratch = dsq_gemm_scratch_alloc(per * (size_t)threads);
-    if (!scratch)
-        return dsq_fail(DSQ_ERR_NOMEM, "linear %lld x %lld: out of memory for %d GEMM tiles", (long long)W->out,
-                        (long long)W->in, threads);
-#pragma omp parallel num_threads(threads)
-    {
-        float *tile = scratch + per * (size_t)omp_get_thread_num(), *gs = tile + tile_f;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t q = 0; q < ntiles; q++) {
-            int64_t r0 = q * nc, w = W->out - r0 < nc ? W->out - r0 : nc;
-            W->vt->rows_f32(W, r0, w, tile);
-            dsq_gemm_f32(DSQ_GEMM_BT, n_tok, w, W->in, x, W->in, tile, W->in, y + r0, W->out, false, gs);
-        }
-    }
-    free(scratch);
-    add_bias(W, y, n_tok);
-    return DSQ_OK;
+    return forward_tiled(W, x, y, n_tok, false);
+}
+
+dsq_status dsq_linear_forward_bf16(const dsq_linear *W, const float *x, float *y, int n_tok)
+{
+    return forward_tiled(W, x, y, n_tok, true);
 }
 
 #define GEMV_ROWS 16 /* rows per OpenMP work item */

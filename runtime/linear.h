@@ -78,6 +78,9 @@ dsq_status dsq_linear_forward(const dsq_linear *W, const float *x, float *y, int
 /* The two paths, for tests and benchmarks. */
 dsq_status dsq_linear_forward_gemm(const dsq_linear *W, const float *x, float *y, int n_tok);
 dsq_status dsq_linear_forward_gemv(const dsq_linear *W, const float *x, float *y, int n_tok);
+/* The batched path with x and W rounded to BF16 and F32 accumulation
+ * (runtime/cpu/gemm_bf16.h): calibration passes, as torch runs a BF16 model. */
+dsq_status dsq_linear_forward_bf16(const dsq_linear *W, const float *x, float *y, int n_tok);
 
 /* F32 rows [r0, r0 + nr) of W (dst: nr x in). */
 dsq_status dsq_linear_rows_f32(const dsq_linear *W, int64_t r0, int64_t nr, float *dst);

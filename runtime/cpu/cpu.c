@@ -21,6 +21,24 @@ bool dsq_cpu_has_avx2(void)
     return g_has_avx2 == 1;
 }
 
+static int g_has_bf16 = -1;
+
+bool dsq_cpu_has_avx512bf16(void)
+{
+    if (g_has_bf16 < 0) {
+#if defined(__x86_64__) && defined(__GNUC__)
+        /* __builtin_cpu_supports also checks that the OS saves the ZMM state */
+        g_has_bf16 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                     __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+#else
+        g_has_bf16 = 0;
+#endif
+    }
+    return g_has_bf16 == 1;
+}
+
+bool dsq_cpu_use_bf16_gemm(void) { return g_isa != DSQ_CPU_ISA_SCALAR && dsq_cpu_has_avx512bf16(); }
+
 void dsq_cpu_set_isa(dsq_cpu_isa isa) { g_isa = isa; }
 
 bool dsq_cpu_use_avx2(void)

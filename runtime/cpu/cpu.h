@@ -19,6 +19,12 @@ bool dsq_cpu_use_avx2(void);
 /* True when the CPU could run them (whatever was forced). */
 bool dsq_cpu_has_avx2(void);
 
+/* AVX512-BF16 (vdpbf16ps) with AVX512 F/BW/VL: the fast BF16 GEMM kernel. */
+bool dsq_cpu_has_avx512bf16(void);
+/* True when dsq_gemm_bf16 should take its AVX512-BF16 kernel now (the CPU has
+ * it and the scalar reference is not forced). */
+bool dsq_cpu_use_bf16_gemm(void);
+
 /* Threads for every parallel kernel; n <= 0 restores the default
  * (omp_get_max_threads(), i.e. OMP_NUM_THREADS or the CPU count). */
 void dsq_cpu_set_threads(int n);

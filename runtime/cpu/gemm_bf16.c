@@ -1,0 +1,140 @@
+/* The BF16 GEMM driver (runtime/cpu/gemm_bf16.h): the blocking of gemm.c
+ * (pack a KC block of op(B) into panels, stream MR rows of A past each), with
+ * BF16 pairs instead of floats. The AVX512-BF16 kernel is used when
+ * dsq_cpu_use_bf16_gemm() holds; the scalar kernel is its reference. */
+#include "runtime/cpu/gemm_bf16.h"
+
+#include <string.h>
+
+#include "core/dtype.h"
+#include "runtime/cpu/cpu.h"
+
+#define MR DSQ_GEMM_BF16_MR
+#define NR DSQ_GEMM_BF16_NR
+#define KC DSQ_GEMM_BF16_KC
+
+typedef void (*kernel_fn)(int64_t np, const uint16_t *A, int64_t lda, const uint16_t *Bp, float *C, int64_t ldc,
+                          bool accumulate);
+
+int64_t dsq_gemm_bf16_lda(int64_t k) { return (k + 1) & ~(int64_t)1; }
+
+/* Round to nearest even, NaN kept quiet: dsq_f32_to_bf16, inlined because
+ * the packing calls it for every weight of every tile. */
+static inline uint16_t to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+void dsq_gemm_bf16_round_rows(const float *src, int64_t lds, int64_t rows, int64_t cols, uint16_t *dst, int64_t ld)
+{
+    if (dsq_cpu_use_bf16_gemm()) {
+        dsq_gemm_bf16_round_rows_avx512(src, lds, rows, cols, dst, ld);
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        const float *s = src + r * lds;
+        uint16_t *d = dst + r * ld;
+        for (int64_t c = 0; c < cols; c++) d[c] = to_bf16(s[c]);
+        for (int64_t c = cols; c < ld; c++) d[c] = 0;
+    }
+}
+
+static int64_t panels_of(int64_t n) { return (n + NR - 1) / NR; }
+static size_t align64(size_t b) { return (b + 63) & ~(size_t)63; }
+
+size_t dsq_gemm_bf16_scratch_bytes(int64_t n, int64_t k)
+{
+    int64_t kc = dsq_gemm_bf16_lda(k < KC ? k : KC);
+    return align64((size_t)(panels_of(n) * NR * kc) * sizeof(uint16_t)) + align64(MR * KC * sizeof(uint16_t)) +
+           align64(MR * NR * sizeof(float));
+}
+
+void dsq_gemm_bf16_kernel_scalar(int64_t np, const uint16_t *A, int64_t lda, const uint16_t *Bp, float *C,
+                                 int64_t ldc, bool accumulate)
+{
+    float acc[MR][NR];
+    memset(acc, 0, sizeof acc);
+    for (int64_t p = 0; p < np; p++)
+        for (int i = 0; i < MR; i++) {
+            float a0 = dsq_bf16_to_f32(A[i * lda + 2 * p]), a1 = dsq_bf16_to_f32(A[i * lda + 2 * p + 1]);
+            const uint16_t *b = Bp + p * NR * 2;
+            /* vdpbf16ps order: the odd product first; both products are exact in F32 */
+            for (int j = 0; j < NR; j++) {
+                acc[i][j] += a1 * dsq_bf16_to_f32(b[2 * j + 1]);
+                acc[i][j] += a0 * dsq_bf16_to_f32(b[2 * j]);
+            }
+        }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) C[i * ldc + j] = accumulate ? C[i * ldc + j] + acc[i][j] : acc[i][j];
+}
+
+static float b_at(dsq_gemm_b bl, const float *B, int64_t ldb, int64_t kk, int64_t c)
+{
+    return bl == DSQ_GEMM_BT ? B[c * ldb + kk] : B[kk * ldb + c];
+}
+
+/* Packs op(B) rows k0 .. k0+kc-1 (kc rounded up to even, zero beyond k) of all
+ * n columns into panels [pair][column][2]. */
+static void pack_b(dsq_gemm_b bl, int64_t n, int64_t k, int64_t k0, int64_t kc, const float *B, int64_t ldb,
+                   uint16_t *Bp)
+{
+    int64_t np = (kc + 1) / 2;
+    for (int64_t q = 0; q < panels_of(n); q++) {
+        uint16_t *dst = Bp + q * NR * 2 * np;
+        int64_t c0 = q * NR, nc = n - c0 < NR ? n - c0 : NR;
+        if (nc < NR || (kc & 1)) memset(dst, 0, (size_t)(NR * 2 * np) * sizeof *dst);
+        for (int64_t c = 0; c < nc; c++)
+            for (int64_t kk = 0; kk < kc && k0 + kk < k; kk++)
+                dst[((kk >> 1) * NR + c) * 2 + (kk & 1)] = to_bf16(b_at(bl, B, ldb, k0 + kk, c0 + c));
+    }
+}
+
+static void edge_tile(kernel_fn kern, int64_t np, const uint16_t *A, int64_t lda, int64_t mr, const uint16_t *Bp,
+                      float *C, int64_t ldc, int64_t nr, bool acc, uint16_t *apad, float *ctmp)
+{
+    if (mr < MR) {
+        memset(apad, 0, (size_t)(MR * 2 * np) * sizeof *apad);
+        for (int64_t i = 0; i < mr; i++) memcpy(apad + i * 2 * np, A + i * lda, (size_t)(2 * np) * sizeof *apad);
+        A = apad;
+        lda = 2 * np;
+    }
+    memset(ctmp, 0, MR * NR * sizeof *ctmp);
+    if (acc)
+        for (int64_t i = 0; i < mr; i++) memcpy(ctmp + i * NR, C + i * ldc, (size_t)nr * sizeof *ctmp);
+    kern(np, A, lda, Bp, ctmp, NR, acc);
+    for (int64_t i = 0; i < mr; i++) memcpy(C + i * ldc, ctmp + i * NR, (size_t)nr * sizeof *ctmp);
+}
+
+void dsq_gemm_bf16(dsq_gemm_b bl, int64_t m, int64_t n, int64_t k, const uint16_t *A, int64_t lda, const float *B,
+                   int64_t ldb, float *C, int64_t ldc, bool accumulate, void *scratch)
+{
+    kernel_fn kern = dsq_cpu_use_bf16_gemm() ? dsq_gemm_bf16_kernel_avx512 : dsq_gemm_bf16_kernel_scalar;
+    int64_t kcmax = dsq_gemm_bf16_lda(k < KC ? k : KC);
+    uint16_t *Bp = scratch;
+    uint16_t *apad = (uint16_t *)((char *)scratch + align64((size_t)(panels_of(n) * NR * kcmax) * sizeof *Bp));
+    float *ctmp = (float *)((char *)apad + align64(MR * KC * sizeof *apad));
+    if (k == 0) {
+        if (!accumulate)
+            for (int64_t i = 0; i < m; i++) memset(C + i * ldc, 0, (size_t)n * sizeof *C);
+        return;
+    }
+    for (int64_t k0 = 0; k0 < k; k0 += KC) {
+        int64_t kc = k - k0 < KC ? k - k0 : KC, np = (kc + 1) / 2;
+        bool acc = accumulate || k0 > 0;
+        pack_b(bl, n, k, k0, kc, B, ldb, Bp);
+        for (int64_t i0 = 0; i0 < m; i0 += MR) {
+            int64_t mr = m - i0 < MR ? m - i0 : MR;
+            const uint16_t *Ab = A + i0 * lda + k0;
+            for (int64_t q = 0; q < panels_of(n); q++) {
+                int64_t nr = n - q * NR < NR ? n - q * NR : NR;
+                float *Cb = C + i0 * ldc + q * NR;
+                const uint16_t *Bq = Bp + q * NR * 2 * np;
+                if (mr == MR && nr == NR) kern(np, Ab, lda, Bq, Cb, ldc, acc);
+                else edge_tile(kern, np, Ab, lda, mr, Bq, Cb, ldc, nr, acc, apad, ctmp);
+            }
+        }
+    }
+}

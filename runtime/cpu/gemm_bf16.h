@@ -1,0 +1,48 @@
+/* BF16 matrix product for calibration passes: C = bf16(A) * bf16(op(B)) with
+ * F32 accumulation, the arithmetic llm-compressor and AutoAWQ get from torch
+ * when they run a BF16 model. On CPUs with AVX512-BF16 (vdpbf16ps: two
+ * products per F32 lane per instruction) it runs at twice the rate of the F32
+ * GEMM; elsewhere a scalar reference of the same arithmetic runs (slow: the
+ * callers pick F32 then, see dsq_cpu_use_bf16_gemm()).
+ *
+ * Layout: A is already rounded to BF16, rows of lda (even) elements whose
+ * entries from k to the next even count are zero (dsq_gemm_bf16_round_rows
+ * writes it so). op(B) is F32 and rounded while it is packed: per KC block,
+ * panels of NR columns hold k pairs interleaved, [pair][column][2], so one
+ * 64-byte load feeds 16 columns with two k steps each. */
+#ifndef DSQ_RUNTIME_CPU_GEMM_BF16_H
+#define DSQ_RUNTIME_CPU_GEMM_BF16_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/cpu/gemm.h"
+
+#define DSQ_GEMM_BF16_MR 8
+#define DSQ_GEMM_BF16_NR 32
+#define DSQ_GEMM_BF16_KC 256 /* k values (128 pairs) per packed block */
+
+/* Row length of A's BF16 copy for depth k (k rounded up to even). */
+int64_t dsq_gemm_bf16_lda(int64_t k);
+/* dst[r * ld + c] = bf16(src[r * lds + c]) for c < cols, zero up to ld. */
+void dsq_gemm_bf16_round_rows(const float *src, int64_t lds, int64_t rows, int64_t cols, uint16_t *dst, int64_t ld);
+
+/* Bytes of scratch dsq_gemm_bf16 needs for n output columns and depth k. */
+size_t dsq_gemm_bf16_scratch_bytes(int64_t n, int64_t k);
+
+/* C[m x n] (+)= A[m x k] * op(B). A: BF16 as described above (lda even);
+ * B and C: F32, leading dimensions in elements. scratch: 64-byte aligned,
+ * dsq_gemm_bf16_scratch_bytes(n, k) bytes. Single-threaded. */
+void dsq_gemm_bf16(dsq_gemm_b bl, int64_t m, int64_t n, int64_t k, const uint16_t *A, int64_t lda, const float *B,
+                   int64_t ldb, float *C, int64_t ldc, bool accumulate, void *scratch);
+
+/* The micro-kernels (internal): C[MR x NR] (+)= A[MR x 2*np] * Bp, np pairs. */
+void dsq_gemm_bf16_kernel_scalar(int64_t np, const uint16_t *A, int64_t lda, const uint16_t *Bp, float *C,
+                                 int64_t ldc, bool accumulate);
+void dsq_gemm_bf16_kernel_avx512(int64_t np, const uint16_t *A, int64_t lda, const uint16_t *Bp, float *C,
+                                 int64_t ldc, bool accumulate);
+void dsq_gemm_bf16_round_rows_avx512(const float *src, int64_t lds, int64_t rows, int64_t cols, uint16_t *dst,
+                                     int64_t ld);
+
+#endif

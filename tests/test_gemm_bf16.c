@@ -1,0 +1,172 @@
+/* The BF16 GEMM (runtime/cpu/gemm_bf16.h) and the linear path on it: both
+ * kernels against a double-precision product of the BF16-rounded operands
+ * (so a kernel that skipped the rounding, dropped a k pair or mis-packed a
+ * panel fails), every edge of the blocking (rows not a multiple of 8, columns
+ * not a multiple of 32, odd depths, depths across the 256-wide K blocks,
+ * accumulate), round-to-nearest-even on ties, and dsq_linear_forward_bf16
+ * against the F32 path on dense and quantized storage. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/dtype.h"
+#include "runtime/cpu/cpu.h"
+#include "runtime/cpu/gemm_bf16.h"
+#include "quantizers/qtypes.h"
+#include "runtime/linear.h"
+#include "tests/helpers/testutil.h"
+
+static uint64_t g_seed = 0xbf16bf16ull;
+
+static float *randm(size_t n, float scale)
+{
+    float *x = malloc(n * sizeof *x);
+    assert_non_null(x);
+    for (size_t i = 0; i < n; i++) x[i] = scale * dsq_test_randn(&g_seed);
+    return x;
+}
+
+static double r16(float v) { return (double)dsq_bf16_to_f32(dsq_f32_to_bf16(v)); }
+
+static void gemm_case(dsq_cpu_isa isa, dsq_gemm_b bl, int m, int n, int k, bool acc)
+{
+    dsq_cpu_set_isa(isa);
+    int64_t lda = dsq_gemm_bf16_lda(k) + 4, ldb = (bl == DSQ_GEMM_BT ? k : n) + 3, ldc = n + 2;
+    int brows = bl == DSQ_GEMM_BT ? n : k;
+    float *Af = randm((size_t)m * (size_t)k, 1), *B = randm((size_t)brows * (size_t)ldb, 1);
+    float *C = randm((size_t)m * (size_t)ldc, 1), *C0 = malloc((size_t)m * (size_t)ldc * sizeof *C0);
+    uint16_t *A = malloc((size_t)m * (size_t)lda * sizeof *A);
+    assert_non_null(C0);
+    assert_non_null(A);
+    memcpy(C0, C, (size_t)m * (size_t)ldc * sizeof *C0);
+    dsq_gemm_bf16_round_rows(Af, k, m, k, A, lda);
+    for (int i = 0; i < m; i++)
+        for (int64_t p = k; p < lda; p++) assert_int_equal(A[i * lda + p], 0);
+    void *scratch = aligned_alloc(64, (dsq_gemm_bf16_scratch_bytes(n, k) + 63) & ~(size_t)63);
+    assert_non_null(scratch);
+    dsq_gemm_bf16(bl, m, n, k, A, lda, B, ldb, C, ldc, acc, scratch);
+    for (int i = 0; i < m; i++) {
+        for (int j = 0; j < n; j++) {
+            double s = acc ? (double)C0[i * ldc + j] : 0, bound = fabs(s);
+            for (int p = 0; p < k; p++) {
+                double bv = bl == DSQ_GEMM_BT ? B[j * ldb + p] : B[p * ldb + j];
+                double t = r16(Af[i * k + p]) * r16((float)bv);
+                s += t;
+                bound += fabs(t);
+            }
+            double err = fabs((double)C[i * ldc + j] - s);
+            if (err > 2e-6 * bound + 1e-30)
+                fail_msg("isa %d bl %d m %d n %d k %d acc %d: C[%d,%d] = %.9g, want %.9g", isa, bl, m, n, k, acc, i, j,
+                         C[i * ldc + j], s);
+        }
+        for (int j = n; j < ldc; j++) assert_true(C[i * ldc + j] == C0[i * ldc + j]); /* nothing past n */
+    }
+    free(Af), free(B), free(C), free(C0), free(A), free(scratch);
+    dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+}
+
+static void test_gemm_bf16_matches_reference(void **state)
+{
+    (void)state;
+    static const int ms[] = {1, 7, 8, 9, 21}, ns[] = {1, 31, 32, 33, 70}, ks[] = {1, 2, 3, 255, 256, 257, 600};
+    dsq_cpu_isa isas[2] = {DSQ_CPU_ISA_SCALAR, DSQ_CPU_ISA_AUTO};
+    int n_isa = dsq_cpu_has_avx512bf16() ? 2 : 1;
+    if (n_isa == 1) print_message("no AVX512-BF16 on this CPU: only the scalar kernel is checked\n");
+    for (int is = 0; is < n_isa; is++)
+        for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
+            for (size_t b = 0; b < sizeof ns / sizeof *ns; b++)
+                for (size_t c = 0; c < sizeof ks / sizeof *ks; c++)
+                    for (int bl = 0; bl < 2; bl++)
+                        for (int acc = 0; acc < 2; acc++)
+                            gemm_case(isas[is], (dsq_gemm_b)bl, ms[a], ns[b], ks[c], acc);
+}
+
+/* Ties round to even, in both conversions (A rows and the packed B):
+ * 1 + 2^-8 lies halfway between BF16 1 and 1 + 2^-7 and must become 1;
+ * 1 + 3 * 2^-8 lies halfway between 1 + 2^-7 and 1 + 2^-6 and must go up. */
+static void test_round_to_nearest_even(void **state)
+{
+    (void)state;
+    for (int is = 0; is < (dsq_cpu_has_avx512bf16() ? 2 : 1); is++) {
+        dsq_cpu_set_isa(is ? DSQ_CPU_ISA_AUTO : DSQ_CPU_ISA_SCALAR);
+        float a[40], b[2 * 40];
+        for (int i = 0; i < 40; i++) a[i] = i % 2 ? 1.0f + 3.0f / 256.0f : 1.0f + 1.0f / 256.0f;
+        uint16_t ab[40];
+        dsq_gemm_bf16_round_rows(a, 40, 1, 40, ab, 40);
+        for (int i = 0; i < 40; i++) assert_int_equal(ab[i], i % 2 ? 0x3f82 : 0x3f80);
+        /* B = [[1 + 2^-8], [1 + 3 * 2^-8]] (k = 2, n = 1) times A = [1, 1] */
+        uint16_t one[2] = {dsq_f32_to_bf16(1.0f), dsq_f32_to_bf16(1.0f)};
+        b[0] = a[0];
+        b[1] = a[1];
+        float c = 0;
+        void *scratch = aligned_alloc(64, (dsq_gemm_bf16_scratch_bytes(1, 2) + 63) & ~(size_t)63);
+        dsq_gemm_bf16(DSQ_GEMM_BN, 1, 1, 2, one, 2, b, 1, &c, 1, false, scratch);
+        assert_true(c == 1.0f + (1.0f + 1.0f / 64.0f));
+        free(scratch);
+    }
+    dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+}
+
+/* The linear path: equal to the F32 path on BF16-exact inputs (dense F32
+ * rows and Q8_0 blocks, whose dequantized values are not BF16-exact, so there
+ * only the rounding bound holds), bias added, tile and token-block edges. */
+static void linear_case(dsq_type t, int out, int in, int n_tok)
+{
+    float *w = randm((size_t)out * (size_t)in, 0.5f), *x = randm((size_t)n_tok * (size_t)in, 1.0f);
+    float *bias = randm((size_t)out, 1.0f);
+    for (size_t i = 0; i < (size_t)n_tok * (size_t)in; i++) x[i] = (float)r16(x[i]);
+    if (t == DSQ_TYPE_F32)
+        for (size_t i = 0; i < (size_t)out * (size_t)in; i++) w[i] = (float)r16(w[i]);
+    const dsq_type_info *tr = dsq_type_get(t);
+    size_t rb = (size_t)in / tr->block_elems * tr->block_bytes;
+    uint8_t *data = malloc(rb * (size_t)out);
+    assert_non_null(data);
+    if (t == DSQ_TYPE_F32) memcpy(data, w, (size_t)out * (size_t)in * sizeof *w);
+    else assert_int_equal(dsq_quantize(t, w, data, out, in, NULL), DSQ_OK);
+    dsq_linear W;
+    assert_int_equal(dsq_linear_init(&W, t, data, out, in), DSQ_OK);
+    W.bias = bias;
+    float *y32 = malloc((size_t)n_tok * (size_t)out * sizeof *y32), *y16 = malloc((size_t)n_tok * (size_t)out * sizeof *y16);
+    assert_non_null(y32);
+    assert_non_null(y16);
+    assert_int_equal(dsq_linear_forward_gemm(&W, x, y32, n_tok), DSQ_OK);
+    assert_int_equal(dsq_linear_forward_bf16(&W, x, y16, n_tok), DSQ_OK);
+    double worst = 0;
+    for (size_t i = 0; i < (size_t)n_tok * (size_t)out; i++) {
+        double d = fabs((double)y32[i] - (double)y16[i]);
+        if (d > worst) worst = d;
+    }
+    /* F32 weights are BF16-exact: only summation order differs. Q8_0 values
+     * get rounded: relative error up to 2^-9 each on |w| ~ 0.5, |x| ~ 1, so
+     * the sum of in of them has a spread near sqrt(in) * 0.5 * 2^-9 / sqrt(3);
+     * 8 of those bounds the worst output. */
+    double tol = t == DSQ_TYPE_F32 ? 1e-4 : 8.0 * sqrt((double)in) * 0.5 / 512.0 / sqrt(3.0);
+    if (worst > tol) fail_msg("%s %d x %d, %d tokens: max |bf16 - f32| %.3g > %.3g", tr->name, out, in, n_tok, worst, tol);
+    if (t != DSQ_TYPE_F32) assert_true(worst > 0); /* the rounding did happen */
+    free(w), free(x), free(bias), free(data), free(y32), free(y16);
+}
+
+static void test_linear_bf16(void **state)
+{
+    (void)state;
+    linear_case(DSQ_TYPE_F32, 70, 96, 9);
+    linear_case(DSQ_TYPE_F32, 300, 64, 1100); /* two token blocks, tiles of 256 and 44 rows */
+    linear_case(DSQ_TYPE_F32, 33, 578, 40);   /* depth over two K blocks, odd panel count */
+    linear_case(DSQ_TYPE_Q8_0, 64, 256, 17);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemm_bf16_matches_reference),
+        cmocka_unit_test(test_round_to_nearest_even),
+        cmocka_unit_test(test_linear_bf16),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
