@@ -241,20 +241,26 @@ typedef struct runner {
     float *scratch; /* [seqlen x dim] */
 } runner;
 
-/* Runs samples [0, n) of layer l from in (out NULL: results dropped). */
-static dsq_status run_samples(runner *r, int l, const float *in, float *out, int n, hook_ctx *h)
+/* Which part of the layer a pass runs. */
+typedef enum pass_kind { PASS_LAYER, PASS_ATTN, PASS_MLP } pass_kind;
+
+/* Runs samples [0, n) of layer l (or one block of it) from in; out NULL:
+ * results dropped; out == in: in place. */
+static dsq_status run_pass(runner *r, int l, pass_kind kind, const float *in, float *out, int n, hook_ctx *h)
 {
     size_t rows = (size_t)r->seqlen * (size_t)r->dim;
     dsq_ctx_set_hooks(r->ctx, h ? on_linear : NULL, NULL, h);
     dsq_status s = DSQ_OK;
     for (int i = 0; i < n && s == DSQ_OK; i++) {
         float *buf = out ? out + (size_t)i * rows : r->scratch;
-        memcpy(buf, in + (size_t)i * rows, rows * sizeof *buf);
+        if (buf != in + (size_t)i * rows) memcpy(buf, in + (size_t)i * rows, rows * sizeof *buf);
         if (h) {
             h->row0 = (int64_t)i * r->seqlen;
             h->stopped = false;
         }
-        s = dsq_forward_layer(r->ctx, l, buf, r->seqlen, 0);
+        if (kind == PASS_ATTN) s = dsq_forward_attn(r->ctx, l, buf, r->seqlen, 0);
+        else if (kind == PASS_MLP) s = dsq_forward_mlp(r->ctx, l, buf, r->seqlen);
+        else s = dsq_forward_layer(r->ctx, l, buf, r->seqlen, 0);
         if (s != DSQ_OK && h && h->stopped) {
             dsq_clear_error();
             s = DSQ_OK;
@@ -264,23 +270,38 @@ static dsq_status run_samples(runner *r, int l, const float *in, float *out, int
     return s;
 }
 
+static dsq_status run_samples(runner *r, int l, const float *in, float *out, int n, hook_ctx *h)
+{
+    return run_pass(r, l, PASS_LAYER, in, out, n, h);
+}
+
 /* ---- GPTQ ---- */
 
 static const int g_subsets[4][3] = {
     {DSQ_LIN_Q, DSQ_LIN_K, DSQ_LIN_V}, {DSQ_LIN_O, -1, -1}, {DSQ_LIN_GATE, DSQ_LIN_UP, -1}, {DSQ_LIN_DOWN, -1, -1}};
 
-static dsq_status gptq_subset(layer_st *s, runner *r, const float *hin, const int *ids, dsq_seq_report *rep)
+static bool subset_any(const layer_st *s, const int *ids)
 {
     bool any = false;
     for (int k = 0; k < 3 && ids[k] >= 0; k++) any = any || s->ok[ids[k]];
-    if (!any) return DSQ_OK;
+    return any;
+}
+
+/* Collects the subset's Hessian from a pass of `kind` over in that stops at
+ * the subset's first linear (capturing its input into cap when not NULL),
+ * then quantizes the subset's linears with GPTQ. */
+static dsq_status gptq_subset(layer_st *s, runner *r, pass_kind kind, const float *hin, const int *ids, float *cap,
+                              dsq_seq_report *rep)
+{
     dsq_hessian H;
     hook_ctx h;
     memset(&h, 0, sizeof h);
     DSQ_TRY(dsq_hessian_init(&H, lin_in(s, ids[0])));
+    H.bf16 = s->o->bf16;
     h.H[ids[0]] = &H; /* the subset's linears share this input */
+    h.cap[ids[0]] = cap;
     h.stop_after = ids[0];
-    dsq_status st = run_samples(r, s->l, hin, NULL, r->n_samples, &h);
+    dsq_status st = run_pass(r, s->l, kind, hin, NULL, r->n_samples, &h);
     if (st == DSQ_OK) st = dsq_hessian_finalize(&H);
     for (int k = 0; k < 3 && ids[k] >= 0 && st == DSQ_OK; k++) {
         int id = ids[k];
@@ -305,10 +326,36 @@ static dsq_status gptq_subset(layer_st *s, runner *r, const float *hin, const in
     return st;
 }
 
+/* The attention half with q/k/v already quantized: o_proj's inputs are kept
+ * (one activation-sized buffer) so that, once o is quantized, the residual
+ * stream is finished with one product instead of a second attention pass. */
+static dsq_status gptq_attention(layer_st *s, runner *r, const float *hin, float *hout, dsq_seq_report *rep)
+{
+    if (!subset_any(s, g_subsets[1])) return run_pass(r, s->l, PASS_ATTN, hin, hout, r->n_samples, NULL);
+    size_t per = (size_t)r->seqlen * (size_t)lin_in(s, DSQ_LIN_O), rows = (size_t)r->seqlen * (size_t)r->dim;
+    float *att = malloc(per * (size_t)r->n_samples * sizeof *att);
+    if (!att) return dsq_fail(DSQ_ERR_NOMEM, "gptq: out of memory for o_proj's inputs (%d x %d tokens)", r->n_samples,
+                              r->seqlen);
+    dsq_status st = gptq_subset(s, r, PASS_ATTN, hin, g_subsets[1], att, rep);
+    for (int i = 0; i < r->n_samples && st == DSQ_OK; i++) {
+        memcpy(hout + (size_t)i * rows, hin + (size_t)i * rows, rows * sizeof *hout);
+        st = dsq_forward_attn_output(r->ctx, s->l, att + (size_t)i * per, hout + (size_t)i * rows, r->seqlen);
+    }
+    free(att);
+    return st;
+}
+
+/* True-sequential GPTQ (IST-DASLab/gptq llama.py): each subset's Hessian
+ * comes from inputs computed with the earlier subsets already quantized.
+ * Every product runs once per token except gate/up (twice: for down's
+ * Hessian and for the layer's output); attention runs once. */
 static dsq_status layer_gptq(layer_st *s, runner *r, const float *hin, float *hout, dsq_seq_report *rep)
 {
-    for (int k = 0; k < 4; k++) DSQ_TRY(gptq_subset(s, r, hin, g_subsets[k], rep));
-    return run_samples(r, s->l, hin, hout, r->n_samples, NULL);
+    if (subset_any(s, g_subsets[0])) DSQ_TRY(gptq_subset(s, r, PASS_ATTN, hin, g_subsets[0], NULL, rep));
+    DSQ_TRY(gptq_attention(s, r, hin, hout, rep));
+    for (int k = 2; k < 4; k++)
+        if (subset_any(s, g_subsets[k])) DSQ_TRY(gptq_subset(s, r, PASS_MLP, hout, g_subsets[k], NULL, rep));
+    return run_pass(r, s->l, PASS_MLP, hout, hout, r->n_samples, NULL);
 }
 
 /* ---- AWQ ---- */
@@ -324,12 +371,12 @@ typedef struct awq_st {
     float *yref, *y, *tmp, *tmp2; /* loss buffers */
 } awq_st;
 
-static dsq_status linear_apply(const float *w, const float *bias, int64_t out, int64_t in, const float *x, int64_t n,
-                               float *y)
+static dsq_status linear_apply(const awq_st *a, const float *w, const float *bias, int64_t out, int64_t in,
+                               const float *x, int64_t n, float *y)
 {
     dsq_linear W;
     lin_view(&W, (float *)w, (float *)bias, out, in);
-    return dsq_linear_forward(&W, x, y, (int)n);
+    return dsq_cpu_matmul(&W, x, y, (int)n, a->s->o->bf16 ? DSQ_MATMUL_BF16 : DSQ_MATMUL_DEFAULT);
 }
 
 static double mse(const float *a, const float *b, size_t n)
@@ -347,10 +394,10 @@ static dsq_status mlp_out(awq_st *a, const float *x, float *y)
 {
     layer_st *s = a->s;
     int64_t f = lin_out(s, DSQ_LIN_GATE);
-    DSQ_TRY(linear_apply(s->w[DSQ_LIN_GATE], s->bias[DSQ_LIN_GATE], f, lin_in(s, DSQ_LIN_GATE), x, a->nt, a->tmp));
-    DSQ_TRY(linear_apply(s->w[DSQ_LIN_UP], s->bias[DSQ_LIN_UP], f, lin_in(s, DSQ_LIN_UP), x, a->nt, a->tmp2));
+    DSQ_TRY(linear_apply(a, s->w[DSQ_LIN_GATE], s->bias[DSQ_LIN_GATE], f, lin_in(s, DSQ_LIN_GATE), x, a->nt, a->tmp));
+    DSQ_TRY(linear_apply(a, s->w[DSQ_LIN_UP], s->bias[DSQ_LIN_UP], f, lin_in(s, DSQ_LIN_UP), x, a->nt, a->tmp2));
     dsq_cpu_swiglu(a->tmp, a->tmp2, a->tmp, (size_t)(a->nt * f));
-    return linear_apply(s->w[DSQ_LIN_DOWN], s->bias[DSQ_LIN_DOWN], lin_out(s, DSQ_LIN_DOWN), f, a->tmp, a->nt, y);
+    return linear_apply(a, s->w[DSQ_LIN_DOWN], s->bias[DSQ_LIN_DOWN], lin_out(s, DSQ_LIN_DOWN), f, a->tmp, a->nt, y);
 }
 
 /* The attention block's output (o_proj applied) with the current weights. */
@@ -362,27 +409,26 @@ static dsq_status attn_out(awq_st *a, float *y)
     h.stop_after = DSQ_LIN_O;
     DSQ_TRY(run_samples(a->r, a->s->l, a->hin, NULL, a->n_loss, &h));
     layer_st *s = a->s;
-    return linear_apply(s->w[DSQ_LIN_O], s->bias[DSQ_LIN_O], lin_out(s, DSQ_LIN_O), lin_in(s, DSQ_LIN_O), a->tmp,
+    return linear_apply(a, s->w[DSQ_LIN_O], s->bias[DSQ_LIN_O], lin_out(s, DSQ_LIN_O), lin_in(s, DSQ_LIN_O), a->tmp,
                         a->nt, y);
 }
 
 typedef struct awq_group {
     awq_st *a;
+    float *G;      /* block 2: x^T x / n of its input over all tokens (the loss is a quadratic form in it) */
     int prev;      /* -1: an RMSNorm (0: attn, 1: ffn via norm_ffn); else the previous linear */
     bool norm_ffn;
     int ids[3], n;
     int x_id;      /* whose captured input */
-    int block;     /* 0: attention, 1: mlp, 2: the single linear ids[0] */
+    int block;     /* 0: attention, 1: mlp, 2: the single linear ids[0] (loss from G, see group_loss) */
 } awq_group;
 
+/* The output of a block 0 or 1 group on the loss samples. */
 static dsq_status group_output(awq_group *g, float *y)
 {
     awq_st *a = g->a;
-    layer_st *s = a->s;
     if (g->block == 0) return attn_out(a, y);
-    if (g->block == 1) return mlp_out(a, a->X[DSQ_LIN_GATE], y);
-    int id = g->ids[0];
-    return linear_apply(s->w[id], s->bias[id], lin_out(s, id), lin_in(s, id), a->X[g->x_id], a->nt, y);
+    return mlp_out(a, a->X[DSQ_LIN_GATE], y);
 }
 
 static dsq_status group_loss(void *user, const float *sc, double *loss)
@@ -393,10 +439,30 @@ static dsq_status group_loss(void *user, const float *sc, double *loss)
         int id = g->ids[k];
         DSQ_TRY(dsq_awq_fake_quant(g->a->backup[id], lin_out(s, id), lin_in(s, id), sc, &s->o->awq.q, s->w[id]));
     }
+    if (g->G) {
+        int id = g->ids[0];
+        return dsq_awq_quad_loss(g->a->backup[id], s->w[id], lin_out(s, id), lin_in(s, id), g->G, loss);
+    }
     DSQ_TRY(group_output(g, g->a->y));
-    int64_t out = g->block == 2 ? lin_out(s, g->ids[0]) : s->m->dim;
-    *loss = mse(g->a->y, g->a->yref, (size_t)(g->a->nt * out));
+    *loss = mse(g->a->y, g->a->yref, (size_t)(g->a->nt * s->m->dim));
     return DSQ_OK;
+}
+
+/* G = x^T x / n over every token of the group's input (block 2 only). */
+static dsq_status input_gram(awq_st *a, awq_group *g)
+{
+    int64_t cols = lin_in(a->s, g->ids[0]), all_tok = (int64_t)a->r->n_samples * a->r->seqlen;
+    dsq_hessian H;
+    DSQ_TRY(dsq_hessian_init(&H, cols));
+    H.bf16 = a->s->o->bf16;
+    dsq_status st = dsq_hessian_add(&H, a->X[g->x_id], all_tok);
+    if (st == DSQ_OK) st = dsq_hessian_finalize(&H); /* 2/n x^T x */
+    if (st == DSQ_OK && !(g->G = malloc((size_t)(cols * cols) * sizeof *g->G)))
+        st = dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory for a %lld x %lld input Gram matrix", (long long)cols,
+                      (long long)cols);
+    for (int64_t i = 0; st == DSQ_OK && i < cols * cols; i++) g->G[i] = (float)(0.5 * H.h[i]);
+    dsq_hessian_free(&H);
+    return st;
 }
 
 static dsq_status search_group(awq_group *g, float *best_s, dsq_seq_report *rep)
@@ -410,6 +476,7 @@ static dsq_status search_group(awq_group *g, float *best_s, dsq_seq_report *rep)
         wl[k] = s->w[g->ids[k]];
         rows[k] = lin_out(s, g->ids[k]);
     }
+    double t0 = now_s();
     float *xm = malloc((size_t)cols * sizeof *xm), *wm = malloc((size_t)cols * sizeof *wm);
     dsq_status st = xm && wm ? DSQ_OK : dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
     int64_t all_tok = (int64_t)a->r->n_samples * a->r->seqlen;
@@ -417,7 +484,8 @@ static dsq_status search_group(awq_group *g, float *best_s, dsq_seq_report *rep)
         dsq_awq_x_mean(a->X[g->x_id], all_tok, cols, xm);
         st = dsq_awq_w_mean(wl, rows, g->n, cols, s->o->q.group_size, wm);
     }
-    if (st == DSQ_OK) st = group_output(g, a->yref); /* float reference */
+    if (st == DSQ_OK && g->block == 2) st = input_gram(a, g);
+    else if (st == DSQ_OK) st = group_output(g, a->yref); /* float reference */
     for (int k = 0; k < g->n && st == DSQ_OK; k++) {
         int id = g->ids[k];
         size_t nb = (size_t)(lin_out(s, id) * lin_in(s, id)) * sizeof(float);
@@ -435,11 +503,13 @@ static dsq_status search_group(awq_group *g, float *best_s, dsq_seq_report *rep)
     if (st == DSQ_OK) {
         rep->awq_loss_r0 += info.loss_r0;
         rep->awq_loss_best += info.best_loss;
-        DSQ_LOGD("awq layer %d %s_proj group: ratio %.2f, loss %.4g (ratio 0: %.4g)", s->l,
-                 dsq_linear_id_name(g->ids[0]), info.best_ratio, info.best_loss, info.loss_r0);
+        DSQ_LOGD("awq layer %d %s_proj group: ratio %.2f, loss %.4g (ratio 0: %.4g), %.2f s", s->l,
+                 dsq_linear_id_name(g->ids[0]), info.best_ratio, info.best_loss, info.loss_r0, now_s() - t0);
     }
     free(xm);
     free(wm);
+    free(g->G);
+    g->G = NULL;
     return st;
 }
 
@@ -459,10 +529,10 @@ static int build_groups(awq_st *a, awq_group *g)
     layer_st *s = a->s;
     int n = 0;
     const awq_group all[4] = {
-        {a, -1, false, {DSQ_LIN_Q, DSQ_LIN_K, DSQ_LIN_V}, 3, DSQ_LIN_Q, 0},
-        {a, DSQ_LIN_V, false, {DSQ_LIN_O, 0, 0}, 1, DSQ_LIN_O, 2},
-        {a, -1, true, {DSQ_LIN_GATE, DSQ_LIN_UP, 0}, 2, DSQ_LIN_GATE, 1},
-        {a, DSQ_LIN_UP, false, {DSQ_LIN_DOWN, 0, 0}, 1, DSQ_LIN_DOWN, 2},
+        {a, NULL, -1, false, {DSQ_LIN_Q, DSQ_LIN_K, DSQ_LIN_V}, 3, DSQ_LIN_Q, 0},
+        {a, NULL, DSQ_LIN_V, false, {DSQ_LIN_O, 0, 0}, 1, DSQ_LIN_O, 2},
+        {a, NULL, -1, true, {DSQ_LIN_GATE, DSQ_LIN_UP, 0}, 2, DSQ_LIN_GATE, 1},
+        {a, NULL, DSQ_LIN_UP, false, {DSQ_LIN_DOWN, 0, 0}, 1, DSQ_LIN_DOWN, 2},
     };
     for (int k = 0; k < 4; k++) {
         bool ok = true;
@@ -547,7 +617,9 @@ static dsq_status layer_awq(layer_st *s, runner *r, const float *hin, float *hou
     h.cap[DSQ_LIN_GATE] = a.X[DSQ_LIN_GATE];
     h.cap[DSQ_LIN_DOWN] = a.X[DSQ_LIN_DOWN];
     /* the float layer's output is the next layer's input, as in AutoAWQ */
+    double t0 = now_s();
     if (st == DSQ_OK) st = run_samples(r, s->l, hin, hout, r->n_samples, &h);
+    DSQ_LOGD("awq layer %d: float pass with captures %.2f s", s->l, now_s() - t0);
     awq_group g[4];
     float *sc[4] = {NULL};
     int ng = st == DSQ_OK ? build_groups(&a, g) : 0;
@@ -557,7 +629,9 @@ static dsq_status layer_awq(layer_st *s, runner *r, const float *hin, float *hou
         else st = search_group(&g[k], sc[k], rep);
     }
     for (int k = 0; k < ng && st == DSQ_OK; k++) apply_group(&g[k], sc[k]);
+    double t1 = now_s();
     if (st == DSQ_OK) st = awq_clip_and_quantize(&a);
+    DSQ_LOGD("awq layer %d: clip search and quantization %.2f s", s->l, now_s() - t1);
     for (int k = 0; k < 4; k++) free(sc[k]);
     awq_free(&a);
     return st;
@@ -624,6 +698,7 @@ dsq_status dsq_seq_quantize(dsq_model *m, const dsq_calib_set *calib, const dsq_
     o.awq.q = o.q;
     o.awq.q.rule = DSQ_INTQ_RULE_AWQ;
     memset(rep, 0, sizeof *rep);
+    rep->bf16 = o.bf16;
     if (keep_out) *keep_out = NULL;
     DSQ_TRY(check_opts(m, calib, &o));
     if (o.method == DSQ_QMETHOD_RTN) calib = NULL; /* RTN looks at no data */
@@ -646,6 +721,7 @@ dsq_status dsq_seq_quantize(dsq_model *m, const dsq_calib_set *calib, const dsq_
             st = dsq_fail(DSQ_ERR_NOMEM, "calibration: out of memory for %d x %d hidden states", calib->n_samples,
                           calib->seqlen);
         if (st == DSQ_OK) st = dsq_ctx_new(m, calib->seqlen, o.threads, &r.ctx);
+        if (st == DSQ_OK) dsq_ctx_set_bf16(r.ctx, o.bf16);
         for (int i = 0; i < calib->n_samples && st == DSQ_OK; i++)
             st = dsq_forward_embed(r.ctx, calib->tokens + (size_t)i * (size_t)calib->seqlen, calib->seqlen,
                                    ha + (size_t)i * (size_t)calib->seqlen * (size_t)m->dim);

@@ -61,6 +61,7 @@ typedef struct dsq_seq_opts {
     /* AWQ (q above overrides awq.q) */
     dsq_awq_opts awq;
     int awq_loss_samples; /* samples the scale-search loss runs on; <= 0: all (AutoAWQ) */
+    bool bf16;            /* forward passes and AWQ losses in BF16 products (F32 sums); GPTQ Hessians stay F32 */
     int threads;          /* <= 0: default */
     int max_layers;       /* > 0: only layers [0, max_layers) are quantized and emitted (tests, quick looks) */
     bool keep_fake_quant;
@@ -78,6 +79,7 @@ typedef struct dsq_seq_report {
     double gptq_loss;       /* sum of GPTQ losses */
     double awq_loss_r0;     /* sums over groups of the scale-search loss at ratio 0 ... */
     double awq_loss_best;   /* ... and at the chosen ratio */
+    bool bf16;              /* the arithmetic the calibration passes used */
 } dsq_seq_report;
 
 /* Memory the driver leaves in the model with keep_fake_quant; free it after

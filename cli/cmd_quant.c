@@ -23,6 +23,7 @@
 #include "formats/pack_ct.h"
 #include "formats/pack_gptq.h"
 #include "formats/safetensors.h"
+#include "runtime/cpu/cpu.h"
 #include "runtime/forward.h"
 #include "runtime/model.h"
 #include "runtime/tokenizer.h"
@@ -49,8 +50,13 @@ static const char g_usage[] =
     "  --n-samples N          calibration windows (default 128)\n"
     "  --seqlen L             tokens per window (default 512 for awq, 2048 for gptq)\n"
     "  --seed S               window sampling seed (default 0)\n"
+    "  --loss-samples N       awq: windows the scale search's block loss runs on\n"
+    "                         (default: all; statistics and clipping use all)\n"
     "  --skip-indivisible     leave linears the group does not divide unquantized\n"
     "  --threads T            CPU threads (default: all)\n"
+    "  --compute P            calibration arithmetic: bf16 (BF16 products, F32 sums, as\n"
+    "                         torch runs a BF16 model), f32, or auto (default: bf16 on\n"
+    "                         CPUs with AVX512-BF16, else f32)\n"
     "  --force                replace OUT when it exists\n"
     "  --eval                 WikiText-2 perplexity (hf protocol) of MODEL and of the result\n"
     "  --eval-ctx N           eval window (default 512)\n"
@@ -63,11 +69,12 @@ typedef enum out_format { FMT_AWQ = 0, FMT_GPTQ, FMT_CT } out_format;
 typedef struct qargs {
     dsq_qmethod method;
     const char *model, *out, *calib;
-    int bits, group, n_samples, seqlen, threads, eval_ctx, eval_chunks;
+    int bits, group, n_samples, seqlen, threads, eval_ctx, eval_chunks, loss_samples;
     int sym; /* -1: the format's default */
     bool act_order, static_groups, skip, force, eval, json;
     double damp;
     int fmt; /* -1: the method's default */
+    int compute; /* -1 auto, 0 f32, 1 bf16 */
     uint64_t seed;
 } qargs;
 
@@ -91,6 +98,9 @@ static int parse_value_opt(int argc, char **argv, int *i, qargs *a)
     } else if (!strcmp(opt, "--format")) {
         if ((a->fmt = parse_format(val)) < 0)
             return fprintf(stderr, "dsquant: error: --format takes awq, gptq or compressed-tensors\n"), 2;
+    } else if (!strcmp(opt, "--compute")) {
+        a->compute = !val ? -2 : !strcmp(val, "auto") ? -1 : !strcmp(val, "f32") ? 0 : !strcmp(val, "bf16") ? 1 : -2;
+        if (a->compute == -2) return fprintf(stderr, "dsquant: error: --compute takes auto, f32 or bf16\n"), 2;
     } else if (!strcmp(opt, "--damp")) {
         char *end = NULL;
         a->damp = val ? strtod(val, &end) : -1;
@@ -111,6 +121,7 @@ static int parse_value_opt(int argc, char **argv, int *i, qargs *a)
         else if (!strcmp(opt, "--seqlen")) a->seqlen = (int)v;
         else if (!strcmp(opt, "--threads")) a->threads = (int)v;
         else if (!strcmp(opt, "--eval-ctx")) a->eval_ctx = (int)v;
+        else if (!strcmp(opt, "--loss-samples")) a->loss_samples = (int)v;
         else a->eval_chunks = (int)v;
     }
     (*i)++;
@@ -121,7 +132,7 @@ static bool is_value_opt(const char *o)
 {
     static const char *const names[] = {"-o",     "--output",  "--calib",   "--format",  "--damp",
                                         "--group", "--seed",    "--w-bit",   "--n-samples", "--seqlen",
-                                        "--threads", "--eval-ctx", "--eval-chunks"};
+                                        "--threads", "--eval-ctx", "--eval-chunks", "--compute", "--loss-samples"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(o, names[i])) return true;
     return false;
@@ -130,7 +141,7 @@ static bool is_value_opt(const char *o)
 static int parse(int argc, char **argv, qargs *a)
 {
     a->method = !strcmp(argv[0], "awq") ? DSQ_QMETHOD_AWQ : !strcmp(argv[0], "gptq") ? DSQ_QMETHOD_GPTQ : DSQ_QMETHOD_RTN;
-    a->bits = 4, a->group = 128, a->n_samples = 128, a->sym = -1, a->damp = 0.01, a->fmt = -1;
+    a->bits = 4, a->group = 128, a->n_samples = 128, a->sym = -1, a->damp = 0.01, a->fmt = -1, a->compute = -1;
     a->eval_ctx = 512, a->eval_chunks = 40;
     for (int i = 1; i < argc; i++) {
         int exit_now, rc;
@@ -190,6 +201,10 @@ static dsq_status check_args(const qargs *a)
         return dsq_fail(DSQ_ERR_ARG, "awq needs a group size (AutoAWQ has no per-channel search)");
     if ((a->act_order || a->static_groups) && a->method != DSQ_QMETHOD_GPTQ)
         return dsq_fail(DSQ_ERR_ARG, "--act-order and --static-groups are GPTQ options");
+    if (a->loss_samples > 0 && a->method != DSQ_QMETHOD_AWQ)
+        return dsq_fail(DSQ_ERR_ARG, "--loss-samples is an AWQ option");
+    if (a->loss_samples > a->n_samples)
+        return dsq_fail(DSQ_ERR_ARG, "--loss-samples %d exceeds --n-samples %d", a->loss_samples, a->n_samples);
     return DSQ_OK;
 }
 
@@ -564,6 +579,8 @@ static dsq_status seq_opts(const qargs *a, dsq_seq_opts *o)
     o->act_order = a->act_order;
     o->static_groups = a->static_groups;
     o->threads = a->threads;
+    o->awq_loss_samples = a->loss_samples;
+    o->bf16 = a->compute == 1 || (a->compute < 0 && dsq_cpu_has_avx512bf16());
     o->keep_fake_quant = a->eval;
     return DSQ_OK;
 }
@@ -627,9 +644,10 @@ static void print_results(const qargs *a, const results *r)
 {
     static const char *const fmts[] = {"awq", "gptq", "compressed-tensors"};
     if (!a->json) {
-        printf("%s: %lld linears quantized to %d-bit groups of %d (%s), %lld left unquantized, %.1f s, peak RSS %ld MiB\n",
+        printf("%s: %lld linears quantized to %d-bit groups of %d (%s), %lld left unquantized, %.1f s (%s), peak RSS "
+               "%ld MiB\n",
                dsq_qmethod_name(a->method), (long long)r->rep.n_quantized, a->bits, a->group, fmts[a->fmt],
-               (long long)r->rep.n_skipped, r->rep.seconds, r->rep.peak_rss_kb / 1024);
+               (long long)r->rep.n_skipped, r->rep.seconds, r->rep.bf16 ? "bf16" : "f32", r->rep.peak_rss_kb / 1024);
         printf("wrote %s\n", a->out);
         if (a->eval)
             printf("WikiText-2 PPL (hf protocol, ctx %d): base %.4f, quantized %.4f (%s)\n", a->eval_ctx, r->ppl_base,
@@ -656,6 +674,7 @@ static void print_results(const qargs *a, const results *r)
         for (int i = 0; st && r->calib.starts && i < r->calib.n_samples; i++)
             cJSON_AddItemToArray(st, cJSON_CreateNumber((double)r->calib.starts[i]));
     }
+    cJSON_AddStringToObject(o, "compute", r->rep.bf16 ? "bf16" : "f32");
     cJSON_AddNumberToObject(o, "seconds", r->rep.seconds);
     cJSON_AddNumberToObject(o, "peak_rss_mib", (double)r->rep.peak_rss_kb / 1024.0);
     if (a->eval) {

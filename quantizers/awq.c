@@ -4,10 +4,13 @@
 
 #include <float.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cpu/vec.h" /* SIMD dot products: the clip search is mostly dots of one group */
+#include "runtime/cpu/cpu.h"
+#include "runtime/cpu/gemm.h" /* d G in the quadratic-form loss */
+#include "runtime/cpu/vec.h"  /* SIMD dot products: the clip search is mostly dots of one group */
 
 dsq_awq_opts dsq_awq_default_opts(void)
 {
@@ -128,6 +131,39 @@ dsq_status dsq_awq_fake_quant(const float *w, int64_t rows, int64_t cols, const 
     return DSQ_OK;
 }
 
+dsq_status dsq_awq_quad_loss(const float *w, const float *wq, int64_t rows, int64_t cols, const float *G, double *loss)
+{
+    int threads = dsq_cpu_threads();
+    if (threads > rows) threads = rows > 0 ? (int)rows : 1;
+    int64_t per = (rows + threads - 1) / threads;
+    double total = 0;
+    int failed = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    {
+        int64_t r0 = (int64_t)omp_get_thread_num() * per, nr = rows - r0 < per ? rows - r0 : per;
+        float *d = nr > 0 ? malloc((size_t)(nr * cols) * sizeof *d) : NULL, *t = NULL, *gs = NULL;
+        if (nr > 0) {
+            t = malloc((size_t)(nr * cols) * sizeof *t);
+            gs = dsq_gemm_scratch_alloc(dsq_gemm_scratch_floats(cols, cols));
+            if (!d || !t || !gs) {
+#pragma omp atomic write
+                failed = 1;
+            } else {
+                for (int64_t i = 0; i < nr * cols; i++) d[i] = wq[r0 * cols + i] - w[r0 * cols + i];
+                dsq_gemm_f32(DSQ_GEMM_BN, nr, cols, cols, d, cols, G, cols, t, cols, false, gs);
+                for (int64_t i = 0; i < nr * cols; i++) total += (double)t[i] * (double)d[i];
+            }
+        }
+        free(d);
+        free(t);
+        free(gs);
+    }
+    if (failed) return dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory for the loss of a %lld x %lld linear", (long long)rows,
+                                (long long)cols);
+    *loss = rows > 0 ? total / (double)rows : 0.0;
+    return DSQ_OK;
+}
+
 dsq_status dsq_awq_search_scale(const float *x_mean, const float *w_mean, int64_t cols, const dsq_awq_opts *o,
                                 dsq_awq_loss_fn loss, void *user, float *best_s, dsq_awq_search *info)
 {
@@ -184,10 +220,13 @@ void dsq_awq_div_cols(float *x, int64_t n_tok, int64_t cols, const float *s)
         for (int64_t c = 0; c < cols; c++) x[t * cols + c] /= s[c];
 }
 
-/* Best threshold of one (row, group): xs holds the sampled tokens' inputs of
- * this group [nt x gs], org their exact outputs. */
-static dsq_status clip_group(const float *wg, int64_t gs, const float *xs, int64_t nt, const float *org,
-                             const dsq_awq_opts *o, float *cw, float *q, float *best)
+/* Best threshold of one (row, group). The error of a candidate q, the mean
+ * over the sampled tokens of (x_g . q - x_g . w_g)^2, is d^T G d with
+ * d = q - w_g and G = x_g^T x_g / n_tok the group's Gram matrix: the same
+ * number as AutoAWQ's per-token sum, at gs^2 instead of n_tok * gs per
+ * candidate. */
+static dsq_status clip_group(const float *wg, int64_t gs, const float *G, const dsq_awq_opts *o, float *cw, float *q,
+                             float *d, float *best)
 {
     float amax = 0.0f;
     for (int64_t k = 0; k < gs; k++) amax = fmaxf(amax, fabsf(wg[k]));
@@ -198,18 +237,34 @@ static dsq_status clip_group(const float *wg, int64_t gs, const float *xs, int64
         float t = amax * (1.0f - (float)i / (float)o->n_grid);
         for (int64_t k = 0; k < gs; k++) cw[k] = fminf(fmaxf(wg[k], -t), t);
         DSQ_TRY(fake_group(cw, gs, &o->q, q));
+        for (int64_t k = 0; k < gs; k++) d[k] = q[k] - wg[k];
         double err = 0;
-        for (int64_t tk = 0; tk < nt; tk++) {
-            double d = (double)dsq_vec_dot_f32(gs, xs + tk * gs, q) - (double)org[tk];
-            err += d * d;
-        }
-        err /= (double)(nt ? nt : 1);
+        for (int64_t k = 0; k < gs; k++) err += (double)d[k] * (double)dsq_vec_dot_f32(gs, G + k * gs, d);
         if (err < min_err) {
             min_err = err;
             *best = t;
         }
     }
     return DSQ_OK;
+}
+
+/* G[g] = x_g^T x_g / nt for every group g of the sampled tokens (double sums). */
+static void group_grams(const float *x, int64_t nt, int64_t step, int64_t cols, int64_t gs, float *G)
+{
+    int64_t ng = cols / gs;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t g = 0; g < ng; g++) {
+        float *Gg = G + g * gs * gs;
+        for (int64_t i = 0; i < gs; i++)
+            for (int64_t j = i; j < gs; j++) {
+                double a = 0;
+                for (int64_t t = 0; t < nt; t++) {
+                    const float *xr = x + (t * step) * cols + g * gs;
+                    a += (double)xr[i] * (double)xr[j];
+                }
+                Gg[i * gs + j] = Gg[j * gs + i] = (float)(a / (double)(nt ? nt : 1));
+            }
+    }
 }
 
 dsq_status dsq_awq_search_clip(const float *w, int64_t rows, int64_t cols, const float *x, int64_t n_tok,
@@ -219,38 +274,32 @@ dsq_status dsq_awq_search_clip(const float *w, int64_t rows, int64_t cols, const
     int64_t gs = o->q.group_size > 0 ? o->q.group_size : cols, ng = cols / gs;
     int64_t ns = o->n_sample_token > 0 ? o->n_sample_token : 512;
     int64_t step = n_tok / ns > 1 ? n_tok / ns : 1, nt = (n_tok + step - 1) / step;
-    /* group-major copy of the sampled inputs: xs[g][t][k] */
-    float *xs = malloc((size_t)(nt * cols) * sizeof *xs);
-    if (!xs) return dsq_fail(DSQ_ERR_NOMEM, "awq clip: out of memory");
-    for (int64_t t = 0; t < nt; t++)
-        for (int64_t g = 0; g < ng; g++)
-            memcpy(xs + (g * nt + t) * gs, x + (t * step) * cols + g * gs, (size_t)gs * sizeof *xs);
+    float *G = malloc((size_t)(ng * gs * gs) * sizeof *G);
+    if (!G) return dsq_fail(DSQ_ERR_NOMEM, "awq clip: out of memory");
+    group_grams(x, nt, step, cols, gs, G);
     int failed = 0;
 #pragma omp parallel
     {
         float *cw = malloc((size_t)gs * sizeof *cw), *q = malloc((size_t)gs * sizeof *q),
-              *org = malloc((size_t)nt * sizeof *org);
-        if (!cw || !q || !org) {
+              *d = malloc((size_t)gs * sizeof *d);
+        if (!cw || !q || !d) {
 #pragma omp atomic write
             failed = 1;
         }
 #pragma omp for schedule(dynamic, 4)
         for (int64_t r = 0; r < rows; r++) {
-            if (!cw || !q || !org) continue;
-            for (int64_t g = 0; g < ng; g++) {
-                const float *wg = w + r * cols + g * gs, *xg = xs + g * nt * gs;
-                for (int64_t t = 0; t < nt; t++) org[t] = dsq_vec_dot_f32(gs, xg + t * gs, wg);
-                if (clip_group(wg, gs, xg, nt, org, o, cw, q, &max_val[r * ng + g]) != DSQ_OK) {
+            if (!cw || !q || !d) continue;
+            for (int64_t g = 0; g < ng; g++)
+                if (clip_group(w + r * cols + g * gs, gs, G + g * gs * gs, o, cw, q, d, &max_val[r * ng + g]) != DSQ_OK) {
 #pragma omp atomic write
                     failed = 2;
                 }
-            }
         }
         free(cw);
         free(q);
-        free(org);
+        free(d);
     }
-    free(xs);
+    free(G);
     if (failed == 1) return dsq_fail(DSQ_ERR_NOMEM, "awq clip: out of memory");
     if (failed == 2) return dsq_fail(DSQ_ERR_NUMERIC, "awq clip: non-finite weight in a %lld x %lld linear",
                                      (long long)rows, (long long)cols);

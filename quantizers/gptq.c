@@ -6,7 +6,8 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "runtime/cpu/gemm.h" /* x^T x */
+#include "runtime/cpu/gemm.h"      /* x^T x */
+#include "runtime/cpu/gemm_bf16.h" /* x^T x of a BF16 pass */
 
 #define ROW_TILE 8   /* rows that share each streamed row of U in the batched update */
 #define CHOL_NB 64   /* Cholesky block width */
@@ -32,16 +33,18 @@ dsq_status dsq_hessian_init(dsq_hessian *h, int64_t cols)
  * threads. */
 #define HCHUNK 256
 
-static dsq_status hessian_chunk(dsq_hessian *h, const float *x, int64_t t, float *xt, float *c)
+static dsq_status hessian_chunk(dsq_hessian *h, const float *x, int64_t t, float *xt, uint16_t *xtb, float *c)
 {
-    const int64_t n = h->cols;
+    const int64_t n = h->cols, ldb = dsq_gemm_bf16_lda(t);
     for (int64_t i = 0; i < t; i++)
         for (int64_t j = 0; j < n; j++) xt[j * t + i] = x[i * n + j];
+    if (h->bf16) dsq_gemm_bf16_round_rows(xt, t, n, t, xtb, ldb);
     int64_t bands = (n + 63) / 64;
     int failed = 0;
 #pragma omp parallel
     {
-        float *gs = dsq_gemm_scratch_alloc(dsq_gemm_scratch_floats(n, t));
+        size_t gbytes = h->bf16 ? dsq_gemm_bf16_scratch_bytes(n, t) : dsq_gemm_scratch_floats(n, t) * sizeof(float);
+        void *gs = aligned_alloc(64, (gbytes + 63) & ~(size_t)63);
         if (!gs) {
 #pragma omp atomic write
             failed = 1;
@@ -51,7 +54,10 @@ static dsq_status hessian_chunk(dsq_hessian *h, const float *x, int64_t t, float
             if (!gs) continue;
             int64_t i0 = b * 64, m = n - i0 < 64 ? n - i0 : 64;
             /* rows i0.. of x^T x, columns from i0 on (the upper triangle and a little more) */
-            dsq_gemm_f32(DSQ_GEMM_BN, m, n - i0, t, xt + i0 * t, t, x + i0, n, c + i0 * n + i0, n, false, gs);
+            if (h->bf16)
+                dsq_gemm_bf16(DSQ_GEMM_BN, m, n - i0, t, xtb + i0 * ldb, ldb, x + i0, n, c + i0 * n + i0, n, false, gs);
+            else
+                dsq_gemm_f32(DSQ_GEMM_BN, m, n - i0, t, xt + i0 * t, t, x + i0, n, c + i0 * n + i0, n, false, gs);
             for (int64_t i = i0; i < i0 + m; i++)
                 for (int64_t j = i; j < n; j++) h->h[i * n + j] += (double)c[i * n + j];
         }
@@ -72,12 +78,14 @@ dsq_status dsq_hessian_add(dsq_hessian *h, const float *x, int64_t n_rows)
                             (long long)(i % n));
     if (n_rows == 0) return DSQ_OK;
     float *xt = malloc((size_t)(n * HCHUNK) * sizeof *xt), *c = malloc((size_t)(n * n) * sizeof *c);
-    dsq_status st = xt && c ? DSQ_OK
+    uint16_t *xtb = h->bf16 ? malloc((size_t)(n * HCHUNK) * sizeof *xtb) : NULL;
+    dsq_status st = xt && c && (xtb || !h->bf16) ? DSQ_OK
                             : dsq_fail(DSQ_ERR_NOMEM, "hessian: out of memory for [%lld x %lld]", (long long)n,
                                        (long long)n);
     for (int64_t t0 = 0; st == DSQ_OK && t0 < n_rows; t0 += HCHUNK)
-        st = hessian_chunk(h, x + t0 * n, n_rows - t0 < HCHUNK ? n_rows - t0 : HCHUNK, xt, c);
+        st = hessian_chunk(h, x + t0 * n, n_rows - t0 < HCHUNK ? n_rows - t0 : HCHUNK, xt, xtb, c);
     free(xt);
+    free(xtb);
     free(c);
     if (st == DSQ_OK) h->n += (uint64_t)n_rows;
     return st;

@@ -46,6 +46,7 @@ typedef struct dsq_hessian {
     double *h;  /* [cols x cols]; running sum of x^T x, then 2/n * sum after finalize */
     uint64_t n; /* input rows (tokens) added */
     bool final;
+    bool bf16;  /* set after init: x rounded to BF16 in the products (F32 sums), as x^T x of a BF16 model */
 } dsq_hessian;
 
 dsq_status dsq_hessian_init(dsq_hessian *h, int64_t cols);

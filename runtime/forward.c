@@ -20,13 +20,14 @@ struct dsq_ctx {
     dsq_layer_hook_fn on_layer;
     void *user;
     int hooks_off; /* while a NaN is being traced */
-    bool llamacpp_act;
+    dsq_matmul_mode matmul;
 };
 
 const dsq_model *dsq_ctx_model(const dsq_ctx *c) { return c->m; }
 int dsq_ctx_n_ctx(const dsq_ctx *c) { return c->n_ctx; }
 
-void dsq_ctx_set_llamacpp_act(dsq_ctx *c, bool llamacpp) { c->llamacpp_act = llamacpp; }
+void dsq_ctx_set_llamacpp_act(dsq_ctx *c, bool llamacpp) { c->matmul = llamacpp ? DSQ_MATMUL_LLAMACPP : DSQ_MATMUL_DEFAULT; }
+void dsq_ctx_set_bf16(dsq_ctx *c, bool bf16) { c->matmul = bf16 ? DSQ_MATMUL_BF16 : DSQ_MATMUL_DEFAULT; }
 
 void dsq_ctx_set_hooks(dsq_ctx *c, dsq_linear_hook_fn on_linear, dsq_layer_hook_fn on_layer, void *user)
 {
@@ -126,8 +127,15 @@ static dsq_status linear(dsq_ctx *c, int layer, dsq_linear_id id, const float *x
 {
     const dsq_linear *W = &c->m->layers[layer].lin[id];
     if (c->on_linear && !c->hooks_off) DSQ_TRY(c->on_linear(c->user, layer, id, x, n, W->in));
-    dsq_status s = dsq_cpu_matmul(W, x, y, n, c->llamacpp_act);
+    dsq_status s = dsq_cpu_matmul(W, x, y, n, c->matmul);
     if (s != DSQ_OK) return dsq_fail_context(s, "layer %d, %s", layer, dsq_linear_id_name(id));
+    return DSQ_OK;
+}
+
+static dsq_status attn_output(dsq_ctx *c, int l, const float *att, float *h, int n)
+{
+    DSQ_TRY(linear(c, l, DSQ_LIN_O, att, c->tmp, n));
+    dsq_cpu_add(h, c->tmp, (size_t)n * (size_t)c->m->dim);
     return DSQ_OK;
 }
 
@@ -144,9 +152,7 @@ static dsq_status attention_block(dsq_ctx *c, int l, float *h, int n, int pos0)
     memcpy(c->kcache[l] + (size_t)pos0 * (size_t)m->kv_dim, c->k, kvb);
     memcpy(c->vcache[l] + (size_t)pos0 * (size_t)m->kv_dim, c->v, kvb);
     DSQ_TRY(dsq_cpu_attention(&c->attn, c->q, c->kcache[l], c->vcache[l], c->att, n, pos0));
-    DSQ_TRY(linear(c, l, DSQ_LIN_O, c->att, c->tmp, n));
-    dsq_cpu_add(h, c->tmp, (size_t)n * (size_t)m->dim);
-    return DSQ_OK;
+    return attn_output(c, l, c->att, h, n);
 }
 
 static dsq_status mlp_block(dsq_ctx *c, int l, float *h, int n)
@@ -166,13 +172,36 @@ static void use_threads(const dsq_ctx *c)
     if (c->n_threads > 0) dsq_cpu_set_threads(c->n_threads);
 }
 
-dsq_status dsq_forward_layer(dsq_ctx *c, int layer, float *hidden, int n, int pos0)
+static dsq_status layer_call(dsq_ctx *c, int layer, int n, int pos0)
 {
     DSQ_TRY(check_range(c, n, pos0));
     if (layer < 0 || layer >= c->m->arch.n_layers)
         return dsq_fail(DSQ_ERR_ARG, "forward: layer %d of %lld", layer, (long long)c->m->arch.n_layers);
     use_threads(c);
-    DSQ_TRY(reserve(c, n));
+    return reserve(c, n);
+}
+
+dsq_status dsq_forward_attn(dsq_ctx *c, int layer, float *hidden, int n, int pos0)
+{
+    DSQ_TRY(layer_call(c, layer, n, pos0));
+    return attention_block(c, layer, hidden, n, pos0);
+}
+
+dsq_status dsq_forward_mlp(dsq_ctx *c, int layer, float *hidden, int n)
+{
+    DSQ_TRY(layer_call(c, layer, n, 0));
+    return mlp_block(c, layer, hidden, n);
+}
+
+dsq_status dsq_forward_attn_output(dsq_ctx *c, int layer, const float *att, float *hidden, int n)
+{
+    DSQ_TRY(layer_call(c, layer, n, 0));
+    return attn_output(c, layer, att, hidden, n);
+}
+
+dsq_status dsq_forward_layer(dsq_ctx *c, int layer, float *hidden, int n, int pos0)
+{
+    DSQ_TRY(layer_call(c, layer, n, pos0));
     DSQ_TRY(attention_block(c, layer, hidden, n, pos0));
     DSQ_TRY(mlp_block(c, layer, hidden, n));
     if (c->on_layer && !c->hooks_off) DSQ_TRY(c->on_layer(c->user, layer, hidden, n, c->m->dim));
@@ -191,7 +220,7 @@ dsq_status dsq_forward_head(dsq_ctx *c, const float *hidden, int n, float *logit
     use_threads(c);
     DSQ_TRY(reserve(c, n));
     dsq_cpu_rmsnorm(hidden, m->output_norm, c->xn, n, m->dim, (float)m->arch.rms_norm_eps);
-    dsq_status s = dsq_cpu_matmul(&m->output, c->xn, logits, n, c->llamacpp_act);
+    dsq_status s = dsq_cpu_matmul(&m->output, c->xn, logits, n, c->matmul);
     if (s != DSQ_OK) return dsq_fail_context(s, "output head");
     return DSQ_OK;
 }

@@ -36,6 +36,11 @@ int dsq_ctx_n_ctx(const dsq_ctx *c);
  * prefill too. Default false: batched products keep F32 activations (more
  * accurate; transformers' arithmetic), and only decode (<= 7 tokens) rounds. */
 void dsq_ctx_set_llamacpp_act(dsq_ctx *c, bool llamacpp);
+/* bf16 = true: batched products round activations and weights to BF16 and
+ * accumulate in F32 (dsq_linear_forward_bf16), the arithmetic of a BF16 model
+ * in torch; calibration passes use it for speed. Replaces the llamacpp mode
+ * (one mode at a time); attention stays F32. */
+void dsq_ctx_set_bf16(dsq_ctx *c, bool bf16);
 /* Either hook may be NULL. */
 void dsq_ctx_set_hooks(dsq_ctx *c, dsq_linear_hook_fn on_linear, dsq_layer_hook_fn on_layer, void *user);
 
@@ -54,6 +59,15 @@ dsq_status dsq_forward_embed(dsq_ctx *c, const int32_t *tokens, int n, float *hi
 /* Runs decoder layer `layer` in place on hidden (n rows at positions pos0..),
  * storing its keys and values in the cache. */
 dsq_status dsq_forward_layer(dsq_ctx *c, int layer, float *hidden, int n, int pos0);
+/* The two halves of dsq_forward_layer, so a driver can resume a layer in the
+ * middle: the attention block (norm, q/k/v, RoPE, attention, o_proj, residual
+ * add) and the MLP block (norm, gate/up, SwiGLU, down, residual add), each in
+ * place on hidden. Hooks fire as in dsq_forward_layer (the layer hook does not). */
+dsq_status dsq_forward_attn(dsq_ctx *c, int layer, float *hidden, int n, int pos0);
+dsq_status dsq_forward_mlp(dsq_ctx *c, int layer, float *hidden, int n);
+/* The tail of the attention block alone: hidden += o_proj(att), att being the
+ * attention output (n x q_dim) a hook captured at o_proj's input. */
+dsq_status dsq_forward_attn_output(dsq_ctx *c, int layer, const float *att, float *hidden, int n);
 /* Final norm and head: logits n x vocab. */
 dsq_status dsq_forward_head(dsq_ctx *c, const float *hidden, int n, float *logits);
 

@@ -196,6 +196,28 @@ static void test_clip(void **state)
             shrunk += mv[r * ng + g] < amax;
         }
     assert_true(shrunk > 0);
+    /* each choice is the best of the 10 thresholds by AutoAWQ's per-token error, computed directly here */
+    for (int r = 0; r < ROWS; r++)
+        for (int g = 0; g < ng; g++) {
+            const float *wg = w + r * COLS + g * 32;
+            float amax = 0, cw[32], qg[32];
+            for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(wg[k]));
+            double best = INFINITY, chosen = NAN;
+            for (int i = 0; i < 10; i++) {
+                float t = amax * (1.0f - (float)i / 20.0f);
+                for (int k = 0; k < 32; k++) cw[k] = fminf(fmaxf(wg[k], -t), t);
+                expect_ok(dsq_awq_fake_quant(cw, 1, 32, NULL, &o.q, qg));
+                double e = 0;
+                for (int tk = 0; tk < NTOK; tk++) {
+                    double dq = 0;
+                    for (int k = 0; k < 32; k++) dq += (double)x[tk * COLS + g * 32 + k] * ((double)qg[k] - wg[k]);
+                    e += dq * dq;
+                }
+                if (e < best) best = e;
+                if (t == mv[r * ng + g]) chosen = e;
+            }
+            if (!(chosen <= best * (1 + 1e-5))) fail_msg("row %d group %d: chosen error %.9g, best %.9g", r, g, chosen, best);
+        }
     memcpy(wc, w, ROWS * COLS * sizeof *wc);
     dsq_awq_apply_clip(wc, ROWS, COLS, 32, mv);
     expect_ok(dsq_awq_fake_quant(w, ROWS, COLS, NULL, &o.q, q0));
@@ -204,12 +226,56 @@ static void test_clip(void **state)
     free(x), free(w), free(mv), free(wc), free(q0), free(q1);
 }
 
+/* The quadratic-form loss equals the direct output MSE (x^T x from the
+ * tokens, in double here), for a fake-quantized linear and for a change that
+ * touches one column only (a wrong G layout or a missing row would differ). */
+static void test_quad_loss(void **state)
+{
+    (void)state;
+    uint64_t seed = 77;
+    const int64_t nt = 300, rows = 37, cols = 96;
+    float *x = randv((size_t)(nt * cols), 1.0f, &seed), *w = randv((size_t)(rows * cols), 0.3f, &seed);
+    for (int64_t t = 0; t < nt; t++) x[t * cols + 5] *= 20.0f; /* an outlier channel, as real activations have */
+    float *wq = malloc((size_t)(rows * cols) * sizeof *wq), *G = malloc((size_t)(cols * cols) * sizeof *G);
+    assert_non_null(wq);
+    assert_non_null(G);
+    for (int64_t i = 0; i < cols; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            double a = 0;
+            for (int64_t t = 0; t < nt; t++) a += (double)x[t * cols + i] * x[t * cols + j];
+            G[i * cols + j] = (float)(a / (double)nt);
+        }
+    dsq_awq_opts o = dsq_awq_default_opts();
+    o.q.bits = 3;
+    o.q.group_size = 32;
+    for (int variant = 0; variant < 2; variant++) {
+        if (variant == 0) assert_int_equal(dsq_awq_fake_quant(w, rows, cols, NULL, &o.q, wq), DSQ_OK);
+        else {
+            memcpy(wq, w, (size_t)(rows * cols) * sizeof *wq);
+            for (int64_t r = 0; r < rows; r++) wq[r * cols + 5] += 0.01f * (float)(r + 1);
+        }
+        double direct = 0;
+        for (int64_t t = 0; t < nt; t++)
+            for (int64_t r = 0; r < rows; r++) {
+                double d = 0;
+                for (int64_t c = 0; c < cols; c++) d += (double)x[t * cols + c] * ((double)wq[r * cols + c] - w[r * cols + c]);
+                direct += d * d;
+            }
+        direct /= (double)(nt * rows);
+        double quad = -1;
+        assert_int_equal(dsq_awq_quad_loss(w, wq, rows, cols, G, &quad), DSQ_OK);
+        if (!(fabs(quad - direct) <= 1e-5 * direct)) fail_msg("variant %d: quad %.9g vs direct %.9g", variant, quad, direct);
+        assert_true(direct > 0);
+    }
+    free(x), free(w), free(wq), free(G);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_uniform_gives_one), cmocka_unit_test(test_stats),
         cmocka_unit_test(test_search_salient),    cmocka_unit_test(test_folding_identity),
-        cmocka_unit_test(test_clip),
+        cmocka_unit_test(test_clip),              cmocka_unit_test(test_quad_loss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -71,24 +71,27 @@ void dsq_gemm_bf16_kernel_scalar(int64_t np, const uint16_t *A, int64_t lda, con
         for (int j = 0; j < NR; j++) C[i * ldc + j] = accumulate ? C[i * ldc + j] + acc[i][j] : acc[i][j];
 }
 
-static float b_at(dsq_gemm_b bl, const float *B, int64_t ldb, int64_t kk, int64_t c)
-{
-    return bl == DSQ_GEMM_BT ? B[c * ldb + kk] : B[kk * ldb + c];
-}
-
-/* Packs op(B) rows k0 .. k0+kc-1 (kc rounded up to even, zero beyond k) of all
- * n columns into panels [pair][column][2]. */
-static void pack_b(dsq_gemm_b bl, int64_t n, int64_t k, int64_t k0, int64_t kc, const float *B, int64_t ldb,
-                   uint16_t *Bp)
+/* Packs op(B) rows k0 .. k0+kc-1 (kc rounded up to even with a zero row) of all
+ * n columns into panels [pair][column][2]. A BT column is a contiguous run of
+ * kc floats: it is rounded as one row, then its pairs are spread one 32-bit
+ * word per pair. */
+static void pack_b(dsq_gemm_b bl, int64_t n, int64_t k0, int64_t kc, const float *B, int64_t ldb, uint16_t *Bp)
 {
     int64_t np = (kc + 1) / 2;
+    uint16_t col[KC];
     for (int64_t q = 0; q < panels_of(n); q++) {
         uint16_t *dst = Bp + q * NR * 2 * np;
         int64_t c0 = q * NR, nc = n - c0 < NR ? n - c0 : NR;
-        if (nc < NR || (kc & 1)) memset(dst, 0, (size_t)(NR * 2 * np) * sizeof *dst);
-        for (int64_t c = 0; c < nc; c++)
-            for (int64_t kk = 0; kk < kc && k0 + kk < k; kk++)
-                dst[((kk >> 1) * NR + c) * 2 + (kk & 1)] = to_bf16(b_at(bl, B, ldb, k0 + kk, c0 + c));
+        if (nc < NR) memset(dst, 0, (size_t)(NR * 2 * np) * sizeof *dst);
+        for (int64_t c = 0; c < nc; c++) {
+            if (bl == DSQ_GEMM_BT) {
+                dsq_gemm_bf16_round_rows(B + (c0 + c) * ldb + k0, kc, 1, kc, col, 2 * np);
+            } else {
+                for (int64_t kk = 0; kk < kc; kk++) col[kk] = to_bf16(B[(k0 + kk) * ldb + c0 + c]);
+                if (kc & 1) col[kc] = 0;
+            }
+            for (int64_t p = 0; p < np; p++) memcpy(dst + (p * NR + c) * 2, col + 2 * p, 2 * sizeof *col);
+        }
     }
 }
 
@@ -124,7 +127,7 @@ void dsq_gemm_bf16(dsq_gemm_b bl, int64_t m, int64_t n, int64_t k, const uint16_
     for (int64_t k0 = 0; k0 < k; k0 += KC) {
         int64_t kc = k - k0 < KC ? k - k0 : KC, np = (kc + 1) / 2;
         bool acc = accumulate || k0 > 0;
-        pack_b(bl, n, k, k0, kc, B, ldb, Bp);
+        pack_b(bl, n, k0, kc, B, ldb, Bp);
         for (int64_t i0 = 0; i0 < m; i0 += MR) {
             int64_t mr = m - i0 < MR ? m - i0 : MR;
             const uint16_t *Ab = A + i0 * lda + k0;

@@ -51,8 +51,9 @@ dsq_status dsq_cpu_embed(const dsq_tensor *E, const int32_t *tokens, int n_tok, 
     return DSQ_OK;
 }
 
-dsq_status dsq_cpu_matmul(const dsq_linear *W, const float *x, float *y, int n_tok, bool rounded_act)
+dsq_status dsq_cpu_matmul(const dsq_linear *W, const float *x, float *y, int n_tok, dsq_matmul_mode mode)
 {
-    if (rounded_act) return dsq_linear_forward_gemv(W, x, y, n_tok);
+    if (mode == DSQ_MATMUL_LLAMACPP) return dsq_linear_forward_gemv(W, x, y, n_tok);
+    if (mode == DSQ_MATMUL_BF16 && n_tok > DSQ_LINEAR_GEMV_MAX_TOKENS) return dsq_linear_forward_bf16(W, x, y, n_tok);
     return dsq_linear_forward(W, x, y, n_tok);
 }

@@ -52,9 +52,15 @@ void dsq_cpu_swiglu(const float *gate, const float *up, float *out, size_t n);
 void dsq_cpu_add(float *y, const float *x, size_t n);
 /* out[t] = row tokens[t] of E (any storage type, dequantized). */
 dsq_status dsq_cpu_embed(const dsq_tensor *E, const int32_t *tokens, int n_tok, float *out);
-/* y = x W^T + b (runtime/linear.h). rounded_act: the decode path (activations
- * rounded to the weight's vec_dot type) whatever n_tok is. */
-dsq_status dsq_cpu_matmul(const dsq_linear *W, const float *x, float *y, int n_tok, bool rounded_act);
+/* How dsq_cpu_matmul multiplies a batch. */
+typedef enum dsq_matmul_mode {
+    DSQ_MATMUL_DEFAULT = 0, /* F32 GEMM for batches, the decode path for <= 7 tokens */
+    DSQ_MATMUL_LLAMACPP,    /* the decode path (activations rounded to the vec_dot type) at any n_tok */
+    DSQ_MATMUL_BF16,        /* batches in BF16 with F32 accumulation (dsq_linear_forward_bf16) */
+} dsq_matmul_mode;
+
+/* y = x W^T + b (runtime/linear.h), as mode says. */
+dsq_status dsq_cpu_matmul(const dsq_linear *W, const float *x, float *y, int n_tok, dsq_matmul_mode mode);
 
 /* ---- attention ----
  * Causal softmax(q k^T / sqrt(head_dim)) v for n queries at positions
