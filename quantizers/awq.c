@@ -229,13 +229,13 @@ static dsq_status clip_group(const float *wg, int64_t gs, const float *G, const 
                              float *d, float *best)
 {
     float amax = 0.0f;
-    for (int64_t k = 0; k < gs; k++) amax = fmaxf(amax, fabsf(wg[k]));
+    for (int64_t k = 0; k < gs; k++) amax = fabsf(wg[k]) > amax ? fabsf(wg[k]) : amax;
     *best = amax;
     double min_err = INFINITY;
     int n_shrink = (int)(o->max_shrink * o->n_grid);
     for (int i = 0; i < n_shrink; i++) {
         float t = amax * (1.0f - (float)i / (float)o->n_grid);
-        for (int64_t k = 0; k < gs; k++) cw[k] = fminf(fmaxf(wg[k], -t), t);
+        for (int64_t k = 0; k < gs; k++) cw[k] = wg[k] < -t ? -t : wg[k] > t ? t : wg[k];
         DSQ_TRY(fake_group(cw, gs, &o->q, q));
         for (int64_t k = 0; k < gs; k++) d[k] = q[k] - wg[k];
         double err = 0;
@@ -248,23 +248,39 @@ static dsq_status clip_group(const float *wg, int64_t gs, const float *G, const 
     return DSQ_OK;
 }
 
-/* G[g] = x_g^T x_g / nt for every group g of the sampled tokens (double sums). */
-static void group_grams(const float *x, int64_t nt, int64_t step, int64_t cols, int64_t gs, float *G)
+/* G[g] = x_g^T x_g / nt for every group g of the sampled tokens: one F32
+ * GEMM per group on a transposed copy of its columns. */
+static dsq_status group_grams(const float *x, int64_t nt, int64_t step, int64_t cols, int64_t gs, float *G)
 {
     int64_t ng = cols / gs;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t g = 0; g < ng; g++) {
-        float *Gg = G + g * gs * gs;
-        for (int64_t i = 0; i < gs; i++)
-            for (int64_t j = i; j < gs; j++) {
-                double a = 0;
-                for (int64_t t = 0; t < nt; t++) {
-                    const float *xr = x + (t * step) * cols + g * gs;
-                    a += (double)xr[i] * (double)xr[j];
+    int failed = 0;
+#pragma omp parallel
+    {
+        float *xt = malloc((size_t)(gs * nt) * sizeof *xt), *xg = malloc((size_t)(gs * nt) * sizeof *xg);
+        float *sc = dsq_gemm_scratch_alloc(dsq_gemm_scratch_floats(gs, nt));
+        if (!xt || !xg || !sc) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t g = 0; g < ng; g++) {
+            if (!xt || !xg || !sc) continue;
+            for (int64_t t = 0; t < nt; t++)
+                for (int64_t i = 0; i < gs; i++) {
+                    float v = x[(t * step) * cols + g * gs + i];
+                    xt[i * nt + t] = v;
+                    xg[t * gs + i] = v;
                 }
-                Gg[i * gs + j] = Gg[j * gs + i] = (float)(a / (double)(nt ? nt : 1));
-            }
+            float *Gg = G + g * gs * gs;
+            dsq_gemm_f32(DSQ_GEMM_BN, gs, gs, nt, xt, nt, xg, gs, Gg, gs, false, sc);
+            for (int64_t i = 0; i < gs * gs; i++) Gg[i] /= (float)(nt ? nt : 1);
+        }
+        free(xt);
+        free(xg);
+        free(sc);
     }
+    if (failed) return dsq_fail(DSQ_ERR_NOMEM, "awq clip: out of memory");
+    return DSQ_OK;
 }
 
 dsq_status dsq_awq_search_clip(const float *w, int64_t rows, int64_t cols, const float *x, int64_t n_tok,
@@ -276,7 +292,11 @@ dsq_status dsq_awq_search_clip(const float *w, int64_t rows, int64_t cols, const
     int64_t step = n_tok / ns > 1 ? n_tok / ns : 1, nt = (n_tok + step - 1) / step;
     float *G = malloc((size_t)(ng * gs * gs) * sizeof *G);
     if (!G) return dsq_fail(DSQ_ERR_NOMEM, "awq clip: out of memory");
-    group_grams(x, nt, step, cols, gs, G);
+    dsq_status gst = group_grams(x, nt, step, cols, gs, G);
+    if (gst != DSQ_OK) {
+        free(G);
+        return gst;
+    }
     int failed = 0;
 #pragma omp parallel
     {

@@ -53,9 +53,10 @@ static void group_params_t(const float *w, int64_t n, const dsq_intq_params *p, 
     const int maxq = dsq_intq_maxq(p->bits);
     const int mid = 1 << (p->bits - 1);
     float mn = w[0], mx = w[0];
+    /* comparisons, not fminf/fmaxf (library calls at -O2): values are finite here */
     for (int64_t i = 1; i < n; i++) {
-        mn = fminf(mn, w[i]);
-        mx = fmaxf(mx, w[i]);
+        mn = w[i] < mn ? w[i] : mn;
+        mx = w[i] > mx ? w[i] : mx;
     }
     *t_out = INFINITY;
     if (p->rule == DSQ_INTQ_RULE_AWQ) {

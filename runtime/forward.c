@@ -26,8 +26,17 @@ struct dsq_ctx {
 const dsq_model *dsq_ctx_model(const dsq_ctx *c) { return c->m; }
 int dsq_ctx_n_ctx(const dsq_ctx *c) { return c->n_ctx; }
 
-void dsq_ctx_set_llamacpp_act(dsq_ctx *c, bool llamacpp) { c->matmul = llamacpp ? DSQ_MATMUL_LLAMACPP : DSQ_MATMUL_DEFAULT; }
-void dsq_ctx_set_bf16(dsq_ctx *c, bool bf16) { c->matmul = bf16 ? DSQ_MATMUL_BF16 : DSQ_MATMUL_DEFAULT; }
+void dsq_ctx_set_llamacpp_act(dsq_ctx *c, bool llamacpp)
+{
+    c->matmul = llamacpp ? DSQ_MATMUL_LLAMACPP : DSQ_MATMUL_DEFAULT;
+    c->attn.bf16 = false;
+}
+
+void dsq_ctx_set_bf16(dsq_ctx *c, bool bf16)
+{
+    c->matmul = bf16 ? DSQ_MATMUL_BF16 : DSQ_MATMUL_DEFAULT;
+    c->attn.bf16 = bf16;
+}
 
 void dsq_ctx_set_hooks(dsq_ctx *c, dsq_linear_hook_fn on_linear, dsq_layer_hook_fn on_layer, void *user)
 {
@@ -80,7 +89,7 @@ dsq_status dsq_ctx_new(const dsq_model *m, int n_ctx, int n_threads, dsq_ctx **o
     c->n_ctx = n_ctx;
     c->n_threads = n_threads;
     c->attn = (dsq_attn_shape){(int)m->arch.n_heads, (int)m->arch.n_kv_heads, (int)m->arch.head_dim,
-                               (int)m->arch.sliding_window};
+                               (int)m->arch.sliding_window, false};
     dsq_status s = dsq_rope_init(&c->rope, &m->arch, m->rope_layout, m->rope_freq_factors);
     int64_t L = m->arch.n_layers;
     if (s == DSQ_OK) {

@@ -38,8 +38,9 @@ int dsq_ctx_n_ctx(const dsq_ctx *c);
 void dsq_ctx_set_llamacpp_act(dsq_ctx *c, bool llamacpp);
 /* bf16 = true: batched products round activations and weights to BF16 and
  * accumulate in F32 (dsq_linear_forward_bf16), the arithmetic of a BF16 model
- * in torch; calibration passes use it for speed. Replaces the llamacpp mode
- * (one mode at a time); attention stays F32. */
+ * in torch; calibration passes use it for speed. Attention's two products
+ * too, with a polynomial exp in its softmax. Replaces the llamacpp mode (one
+ * mode at a time). */
 void dsq_ctx_set_bf16(dsq_ctx *c, bool bf16);
 /* Either hook may be NULL. */
 void dsq_ctx_set_hooks(dsq_ctx *c, dsq_linear_hook_fn on_linear, dsq_layer_hook_fn on_layer, void *user);

@@ -506,7 +506,7 @@ static void naive_attention(const dsq_attn_shape *s, const float *q, const float
 
 static void attention_case(int heads, int kv, int hd, int window, int n, int pos0)
 {
-    dsq_attn_shape s = {heads, kv, hd, window};
+    dsq_attn_shape s = {heads, kv, hd, window, false};
     int L = pos0 + n, qs = heads * hd;
     float *q = randm((size_t)n * qs, 1), *kc = randm((size_t)L * kv * hd, 1), *vc = randm((size_t)L * kv * hd, 1);
     double *ref = malloc((size_t)n * qs * sizeof *ref);
@@ -522,6 +522,14 @@ static void attention_case(int heads, int kv, int hd, int window, int n, int pos
                 fail_msg("attention impl %d (%d heads, %d kv, hd %d, window %d, %d rows at %d): out[%d] = %g, want %g",
                          f, heads, kv, hd, window, n, pos0, i, out[i], ref[i]);
     }
+    /* BF16 products (q, k, probabilities and v rounded to 8 bits of
+     * mantissa) and the polynomial exp: close, and not the F32 numbers */
+    s.bf16 = true;
+    memset(out, 0xff, (size_t)n * qs * sizeof *out);
+    expect_ok(dsq_cpu_attention_blocked(&s, q, kc, vc, out, n, pos0));
+    double worst = 0;
+    for (int i = 0; i < n * qs; i++) worst = fmax(worst, fabs(out[i] - ref[i])); /* NaN fails below */
+    if (!(worst < 0.03 && worst > 1e-6)) fail_msg("bf16 attention (%d rows at %d): max error %g", n, pos0, worst);
     free(q), free(kc), free(vc), free(ref), free(out);
 }
 
@@ -533,7 +541,9 @@ static void test_attention_vs_naive(void **state)
     attention_case(4, 4, 12, 0, 33, 0);  /* MHA, head_dim off the SIMD width */
     attention_case(6, 3, 16, 0, 1, 51);  /* one decode step */
     attention_case(2, 1, 8, 9, 3, 20);   /* few rows, windowed */
-    dsq_attn_shape bad = {6, 4, 16, 0};  /* heads not a multiple of kv heads */
+    attention_case(6, 2, 16, 0, 300, 7); /* several of the taller BF16 blocks */
+    attention_case(6, 2, 16, 40, 300, 7);
+    dsq_attn_shape bad = {6, 4, 16, 0, false}; /* heads not a multiple of kv heads */
     float z[16] = {0};
     assert_int_equal(dsq_cpu_attention(&bad, z, z, z, z, 1, 0), DSQ_ERR_ARG);
 }

@@ -3,8 +3,9 @@
  * (so a kernel that skipped the rounding, dropped a k pair or mis-packed a
  * panel fails), every edge of the blocking (rows not a multiple of 8, columns
  * not a multiple of 32, odd depths, depths across the 256-wide K blocks,
- * accumulate), round-to-nearest-even on ties, and dsq_linear_forward_bf16
- * against the F32 path on dense and quantized storage. */
+ * accumulate), round-to-nearest-even on ties, dsq_linear_forward_bf16
+ * against the F32 path on dense and quantized storage, and the polynomial
+ * exp of the BF16 softmax against exp(). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +20,7 @@
 #include "runtime/cpu/cpu.h"
 #include "runtime/cpu/gemm_bf16.h"
 #include "quantizers/qtypes.h"
+#include "runtime/cpu/vec.h"
 #include "runtime/linear.h"
 #include "tests/helpers/testutil.h"
 
@@ -161,12 +163,37 @@ static void test_linear_bf16(void **state)
     linear_case(DSQ_TYPE_Q8_0, 64, 256, 17);
 }
 
+static void test_exp_sum(void **state)
+{
+    (void)state;
+    for (int is = 0; is < 2; is++) {
+        dsq_cpu_set_isa(is ? DSQ_CPU_ISA_AUTO : DSQ_CPU_ISA_SCALAR);
+        for (int n = 1; n <= 203; n += 7) { /* every tail length of the 8-wide loop */
+            float x[203];
+            for (int i = 0; i < n; i++) x[i] = -90.0f + 100.0f * (float)i / (float)n + 0.013f * (float)(i % 5);
+            float shift = 3.5f, orig[203];
+            memcpy(orig, x, sizeof orig);
+            double want_sum = 0;
+            for (int i = 0; i < n; i++) want_sum += exp((double)(orig[i] - shift));
+            float sum = dsq_vec_exp_sum(n, x, shift);
+            for (int i = 0; i < n; i++) {
+                double want = exp((double)(orig[i] - shift));
+                double tol = (double)orig[i] - shift > -87.0 ? 4e-7 * want : 1e-37;
+                if (!(fabs(x[i] - want) <= tol)) fail_msg("isa %d: exp(%.7g) = %.9g, want %.9g", is, orig[i] - shift, x[i], want);
+            }
+            if (!(fabs(sum - want_sum) <= 1e-7 * n * want_sum + 1e-37 * n)) fail_msg("isa %d n %d: sum %.9g, want %.9g", is, n, sum, want_sum);
+        }
+    }
+    dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_bf16_matches_reference),
         cmocka_unit_test(test_round_to_nearest_even),
         cmocka_unit_test(test_linear_bf16),
+        cmocka_unit_test(test_exp_sum),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,10 +9,12 @@
 
 #include "runtime/cpu/cpu.h"
 #include "runtime/cpu/gemm.h"
+#include "runtime/cpu/gemm_bf16.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/cpu/vec.h"
 
-#define QBLOCK 32         /* query rows per GEMM work item */
+#define QBLOCK 32          /* query rows per GEMM work item */
+#define QBLOCK_BF16 128    /* BF16: packing K and V costs more, so fewer, taller blocks */
 #define BLOCKED_MIN_ROWS 8 /* fewer queries: the row-by-row path */
 
 static dsq_status check_shape(const dsq_attn_shape *s, int n, int pos0)
@@ -28,6 +30,14 @@ static dsq_status check_shape(const dsq_attn_shape *s, int n, int pos0)
 static int first_key(const dsq_attn_shape *s, int p)
 {
     return s->window > 0 && p - s->window + 1 > 0 ? p - s->window + 1 : 0;
+}
+
+/* exp_shift with the polynomial exp of dsq_vec_exp_sum (BF16 passes). */
+static float fast_exp_shift(float *p, int lo, int hi)
+{
+    float mx = -INFINITY;
+    for (int j = lo; j <= hi; j++) mx = p[j] > mx ? p[j] : mx;
+    return dsq_vec_exp_sum(hi - lo + 1, p + lo, mx);
 }
 
 /* In place: p[j] for j in [lo, hi] becomes softmax over that range; the sum of
@@ -71,29 +81,101 @@ dsq_status dsq_cpu_attention_rows(const dsq_attn_shape *s, const float *q, const
     return DSQ_OK;
 }
 
-/* One block of query rows [i0, i0 + nb) of head h: S = Q K^T over the keys any
- * of them may see, masked softmax per row, O = P V. */
-static void attend_block(const dsq_attn_shape *s, const float *q, const float *kc, const float *vc, float *out,
-                         int pos0, int h, int i0, int nb, float *S, float *gs)
+/* Per-thread scratch of the blocked path: scores, GEMM scratch and, for
+ * BF16, the rounded query rows and probabilities. */
+typedef struct attn_scratch {
+    float *S;
+    void *gs;
+    uint16_t *qb, *pb;
+} attn_scratch;
+
+static size_t up64(size_t b) { return (b + 63) & ~(size_t)63; }
+
+static int qblock(const dsq_attn_shape *s) { return s->bf16 ? QBLOCK_BF16 : QBLOCK; }
+
+static size_t scratch_bytes(const dsq_attn_shape *s, int L)
+{
+    int hd = s->head_dim;
+    size_t QB = (size_t)qblock(s);
+    size_t g32 = dsq_gemm_scratch_floats(L, hd), g2 = dsq_gemm_scratch_floats(hd, L);
+    size_t gb = (g32 > g2 ? g32 : g2) * sizeof(float);
+    if (s->bf16) {
+        size_t b1 = dsq_gemm_bf16_scratch_bytes(L, hd), b2 = dsq_gemm_bf16_scratch_bytes(hd, L);
+        gb = b1 > b2 ? b1 : b2;
+        gb += up64(QB * (size_t)dsq_gemm_bf16_lda(hd) * 2) + up64(QB * (size_t)dsq_gemm_bf16_lda(L) * 2);
+    }
+    return up64(QB * (size_t)L * sizeof(float)) + up64(gb);
+}
+
+static attn_scratch scratch_at(const dsq_attn_shape *s, int L, char *base)
+{
+    attn_scratch a;
+    size_t QB = (size_t)qblock(s);
+    a.S = (float *)base;
+    char *p = base + up64(QB * (size_t)L * sizeof(float));
+    a.qb = a.pb = NULL;
+    if (s->bf16) {
+        a.qb = (uint16_t *)p;
+        p += up64(QB * (size_t)dsq_gemm_bf16_lda(s->head_dim) * 2);
+        a.pb = (uint16_t *)p;
+        p += up64(QB * (size_t)dsq_gemm_bf16_lda(L) * 2);
+    }
+    a.gs = p;
+    return a;
+}
+
+/* S = Q K^T (F32 or BF16 products) for query rows [i0, i0 + nb) of head h and keys [lo, lo + Lk). */
+static void scores(const dsq_attn_shape *s, const float *q, const float *kc, int h, int i0, int nb, int lo, int Lk,
+                   attn_scratch *a)
 {
     int hd = s->head_dim, g = h / (s->n_heads / s->n_kv_heads);
     int64_t qs = (int64_t)s->n_heads * hd, ks = (int64_t)s->n_kv_heads * hd;
+    const float *qr = q + i0 * qs + (int64_t)h * hd, *kr = kc + lo * ks + (int64_t)g * hd;
+    if (!s->bf16) {
+        dsq_gemm_f32(DSQ_GEMM_BT, nb, Lk, hd, qr, qs, kr, ks, a->S, Lk, false, a->gs);
+        return;
+    }
+    int64_t ld = dsq_gemm_bf16_lda(hd);
+    dsq_gemm_bf16_round_rows(qr, qs, nb, hd, a->qb, ld);
+    dsq_gemm_bf16(DSQ_GEMM_BT, nb, Lk, hd, a->qb, ld, kr, ks, a->S, Lk, false, a->gs);
+}
+
+/* out rows = P V for the same block (P in S). */
+static void weigh_values(const dsq_attn_shape *s, const float *vc, float *out, int h, int i0, int nb, int lo, int Lk,
+                         attn_scratch *a)
+{
+    int hd = s->head_dim, g = h / (s->n_heads / s->n_kv_heads);
+    int64_t qs = (int64_t)s->n_heads * hd, ks = (int64_t)s->n_kv_heads * hd;
+    const float *vr = vc + lo * ks + (int64_t)g * hd;
+    float *o = out + i0 * qs + (int64_t)h * hd;
+    if (!s->bf16) {
+        dsq_gemm_f32(DSQ_GEMM_BN, nb, hd, Lk, a->S, Lk, vr, ks, o, qs, false, a->gs);
+        return;
+    }
+    int64_t ld = dsq_gemm_bf16_lda(Lk);
+    dsq_gemm_bf16_round_rows(a->S, Lk, nb, Lk, a->pb, ld);
+    dsq_gemm_bf16(DSQ_GEMM_BN, nb, hd, Lk, a->pb, ld, vr, ks, o, qs, false, a->gs);
+}
+
+/* One block of query rows [i0, i0 + nb) of head h: S = Q K^T over the keys any
+ * of them may see, masked softmax per row, O = P V. */
+static void attend_block(const dsq_attn_shape *s, const float *q, const float *kc, const float *vc, float *out,
+                         int pos0, int h, int i0, int nb, attn_scratch *sc)
+{
     int lo = first_key(s, pos0 + i0), hi = pos0 + i0 + nb; /* keys [lo, hi) */
     int Lk = hi - lo;
-    float scale = 1.0f / sqrtf((float)hd);
-    dsq_gemm_f32(DSQ_GEMM_BT, nb, Lk, hd, q + i0 * qs + (int64_t)h * hd, qs, kc + lo * ks + (int64_t)g * hd, ks, S, Lk,
-                 false, gs);
+    float scale = 1.0f / sqrtf((float)s->head_dim);
+    scores(s, q, kc, h, i0, nb, lo, Lk, sc);
     for (int r = 0; r < nb; r++) {
-        float *row = S + (int64_t)r * Lk;
+        float *row = sc->S + (int64_t)r * Lk;
         int p = pos0 + i0 + r, a = first_key(s, p) - lo, b = p - lo; /* visible: [a, b] */
         for (int j = a; j <= b; j++) row[j] *= scale;
-        float inv = 1.0f / exp_shift(row, a, b);
+        float inv = 1.0f / (s->bf16 ? fast_exp_shift(row, a, b) : exp_shift(row, a, b));
         for (int j = 0; j < a; j++) row[j] = 0;
         for (int j = a; j <= b; j++) row[j] *= inv;
         for (int j = b + 1; j < Lk; j++) row[j] = 0;
     }
-    dsq_gemm_f32(DSQ_GEMM_BN, nb, hd, Lk, S, Lk, vc + lo * ks + (int64_t)g * hd, ks, out + i0 * qs + (int64_t)h * hd,
-                 qs, false, gs);
+    weigh_values(s, vc, out, h, i0, nb, lo, Lk, sc);
 }
 
 dsq_status dsq_cpu_attention_blocked(const dsq_attn_shape *s, const float *q, const float *kc, const float *vc,
@@ -101,21 +183,19 @@ dsq_status dsq_cpu_attention_blocked(const dsq_attn_shape *s, const float *q, co
 {
     DSQ_TRY(check_shape(s, n, pos0));
     if (n == 0) return DSQ_OK;
-    int hd = s->head_dim, L = pos0 + n, nblocks = (n + QBLOCK - 1) / QBLOCK;
-    size_t gsz = dsq_gemm_scratch_floats(L, hd), g2 = dsq_gemm_scratch_floats(hd, L);
-    if (g2 > gsz) gsz = g2;
-    size_t per = ((size_t)QBLOCK * (size_t)L + gsz + 15) & ~(size_t)15;
+    int QB = qblock(s), L = pos0 + n, nblocks = (n + QB - 1) / QB;
+    size_t per = scratch_bytes(s, L);
     int threads = dsq_cpu_threads();
-    float *scratch = dsq_gemm_scratch_alloc(per * (size_t)threads);
-    if (!scratch) return dsq_fail(DSQ_ERR_NOMEM, "attention: out of memory for %d x %d scores", QBLOCK, L);
+    char *scratch = aligned_alloc(64, per * (size_t)threads);
+    if (!scratch) return dsq_fail(DSQ_ERR_NOMEM, "attention: out of memory for %d x %d scores", QB, L);
     int64_t items = (int64_t)nblocks * s->n_heads;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (int64_t it = 0; it < items; it++) {
         /* Late blocks see more keys: hand them out first. */
         int b = nblocks - 1 - (int)(it / s->n_heads), h = (int)(it % s->n_heads);
-        int i0 = b * QBLOCK, nb = n - i0 < QBLOCK ? n - i0 : QBLOCK;
-        float *S = scratch + per * (size_t)omp_get_thread_num();
-        attend_block(s, q, kc, vc, out, pos0, h, i0, nb, S, S + (size_t)QBLOCK * (size_t)L);
+        int i0 = b * QB, nb = n - i0 < QB ? n - i0 : QB;
+        attn_scratch sc = scratch_at(s, L, scratch + per * (size_t)omp_get_thread_num());
+        attend_block(s, q, kc, vc, out, pos0, h, i0, nb, &sc);
     }
     free(scratch);
     return DSQ_OK;

@@ -71,6 +71,7 @@ dsq_status dsq_cpu_matmul(const dsq_linear *W, const float *x, float *y, int n_t
 typedef struct dsq_attn_shape {
     int n_heads, n_kv_heads, head_dim;
     int window; /* 0: none */
+    bool bf16;  /* blocked path: Q K^T and P V in BF16 products with the polynomial exp (calibration passes) */
 } dsq_attn_shape;
 
 dsq_status dsq_cpu_attention(const dsq_attn_shape *s, const float *q, const float *kc, const float *vc, float *out,

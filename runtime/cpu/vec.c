@@ -1,5 +1,7 @@
 #include "runtime/cpu/vec.h"
 
+#include <math.h>
+
 #include "core/dtype.h"
 #include "runtime/cpu/cpu.h"
 
@@ -41,4 +43,15 @@ void dsq_vec_axpy(int64_t n, float a, const float *x, float *y)
 void dsq_vec_scale(int64_t n, float a, float *y)
 {
     for (int64_t i = 0; i < n; i++) y[i] *= a;
+}
+
+float dsq_vec_exp_sum(int64_t n, float *x, float shift)
+{
+    if (dsq_cpu_use_avx2()) return dsq_vec_exp_sum_avx2(n, x, shift);
+    float sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - shift);
+        sum += x[i];
+    }
+    return sum;
 }

@@ -14,10 +14,17 @@ void dsq_vec_axpy(int64_t n, float a, const float *x, float *y);
 /* y[i] *= a */
 void dsq_vec_scale(int64_t n, float a, float *y);
 
+/* x[i] = exp(x[i] - shift), returning the sum (softmax numerators). AVX2:
+ * a polynomial exp (Cephes expf's range reduction and minimax coefficients,
+ * relative error below 3e-7; inputs below -87 give about 1e-38 instead of
+ * less); scalar: expf. The BF16 passes use it; the F32 path keeps expf. */
+float dsq_vec_exp_sum(int64_t n, float *x, float shift);
+
 /* The AVX2 versions (internal; callers use the dispatching ones above). */
 float dsq_vec_dot_f32_avx2(int64_t n, const float *a, const float *b);
 float dsq_vec_dot_f16_f32_avx2(int64_t n, const uint16_t *a, const float *b);
 float dsq_vec_dot_bf16_f32_avx2(int64_t n, const uint16_t *a, const float *b);
 void dsq_vec_axpy_avx2(int64_t n, float a, const float *x, float *y);
+float dsq_vec_exp_sum_avx2(int64_t n, float *x, float shift);
 
 #endif

@@ -60,6 +60,49 @@ void dsq_vec_axpy_avx2(int64_t n, float a, const float *x, float *y)
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* exp(x) = 2^n exp(r), n = round(x log2 e), r = x - n ln 2 (ln 2 split in two
+ * so r is exact enough), exp(r) by Cephes expf's degree-7 minimax polynomial. */
+static inline __m256 exp_ps(__m256 x)
+{
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-87.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+float dsq_vec_exp_sum_avx2(int64_t n, float *x, float shift)
+{
+    __m256 vs = _mm256_set1_ps(shift), acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs));
+        _mm256_storeu_ps(x + i, v);
+        acc = _mm256_add_ps(acc, v);
+    }
+    float sum = hsum(acc);
+    if (i < n) { /* the tail through the same polynomial, via a padded vector */
+        float t[8] = {0};
+        for (int64_t j = i; j < n; j++) t[j - i] = x[j] - shift;
+        __m256 v = exp_ps(_mm256_loadu_ps(t));
+        _mm256_storeu_ps(t, v);
+        for (int64_t j = i; j < n; j++) {
+            x[j] = t[j - i];
+            sum += t[j - i];
+        }
+    }
+    return sum;
+}
+
 #else
 
 /* Never called without AVX2 (dsq_cpu_use_avx2() is false there). */
@@ -67,5 +110,6 @@ float dsq_vec_dot_f32_avx2(int64_t n, const float *a, const float *b) { return 0
 float dsq_vec_dot_f16_f32_avx2(int64_t n, const uint16_t *a, const float *b) { return 0.0f; }
 float dsq_vec_dot_bf16_f32_avx2(int64_t n, const uint16_t *a, const float *b) { return 0.0f; }
 void dsq_vec_axpy_avx2(int64_t n, float a, const float *x, float *y) {}
+float dsq_vec_exp_sum_avx2(int64_t n, float *x, float shift) { return 0.0f; }
 
 #endif
