@@ -301,8 +301,10 @@ static dsq_status gptq_subset(layer_st *s, runner *r, pass_kind kind, const floa
     h.H[ids[0]] = &H; /* the subset's linears share this input */
     h.cap[ids[0]] = cap;
     h.stop_after = ids[0];
+    double t0 = now_s();
     dsq_status st = run_pass(r, s->l, kind, hin, NULL, r->n_samples, &h);
     if (st == DSQ_OK) st = dsq_hessian_finalize(&H);
+    double t1 = now_s();
     for (int k = 0; k < 3 && ids[k] >= 0 && st == DSQ_OK; k++) {
         int id = ids[k];
         if (!s->ok[id]) continue;
@@ -322,6 +324,8 @@ static dsq_status gptq_subset(layer_st *s, runner *r, pass_kind kind, const floa
         rep->gptq_loss += gr.loss;
         st = dsq_intq_dequantize(&s->q[id], s->w[id]);
     }
+    DSQ_LOGD("gptq layer %d %s_proj subset: pass and Hessian %.2f s, quantization %.2f s", s->l,
+             dsq_linear_id_name(ids[0]), t1 - t0, now_s() - t1);
     dsq_hessian_free(&H);
     return st;
 }
@@ -396,7 +400,8 @@ static dsq_status mlp_out(awq_st *a, const float *x, float *y)
     int64_t f = lin_out(s, DSQ_LIN_GATE);
     DSQ_TRY(linear_apply(a, s->w[DSQ_LIN_GATE], s->bias[DSQ_LIN_GATE], f, lin_in(s, DSQ_LIN_GATE), x, a->nt, a->tmp));
     DSQ_TRY(linear_apply(a, s->w[DSQ_LIN_UP], s->bias[DSQ_LIN_UP], f, lin_in(s, DSQ_LIN_UP), x, a->nt, a->tmp2));
-    dsq_cpu_swiglu(a->tmp, a->tmp2, a->tmp, (size_t)(a->nt * f));
+    if (s->o->bf16) dsq_cpu_swiglu_fast(a->tmp, a->tmp2, a->tmp, (size_t)(a->nt * f));
+    else dsq_cpu_swiglu(a->tmp, a->tmp2, a->tmp, (size_t)(a->nt * f));
     return linear_apply(a, s->w[DSQ_LIN_DOWN], s->bias[DSQ_LIN_DOWN], lin_out(s, DSQ_LIN_DOWN), f, a->tmp, a->nt, y);
 }
 
@@ -441,7 +446,7 @@ static dsq_status group_loss(void *user, const float *sc, double *loss)
     }
     if (g->G) {
         int id = g->ids[0];
-        return dsq_awq_quad_loss(g->a->backup[id], s->w[id], lin_out(s, id), lin_in(s, id), g->G, loss);
+        return dsq_awq_quad_loss(g->a->backup[id], s->w[id], lin_out(s, id), lin_in(s, id), g->G, s->o->bf16, loss);
     }
     DSQ_TRY(group_output(g, g->a->y));
     *loss = mse(g->a->y, g->a->yref, (size_t)(g->a->nt * s->m->dim));

@@ -9,7 +9,8 @@
 #include <string.h>
 
 #include "runtime/cpu/cpu.h"
-#include "runtime/cpu/gemm.h" /* d G in the quadratic-form loss */
+#include "runtime/cpu/gemm.h"      /* d G in the quadratic-form loss */
+#include "runtime/cpu/gemm_bf16.h" /* the same in BF16 passes */
 #include "runtime/cpu/vec.h"  /* SIMD dot products: the clip search is mostly dots of one group */
 
 dsq_awq_opts dsq_awq_default_opts(void)
@@ -131,7 +132,8 @@ dsq_status dsq_awq_fake_quant(const float *w, int64_t rows, int64_t cols, const 
     return DSQ_OK;
 }
 
-dsq_status dsq_awq_quad_loss(const float *w, const float *wq, int64_t rows, int64_t cols, const float *G, double *loss)
+dsq_status dsq_awq_quad_loss(const float *w, const float *wq, int64_t rows, int64_t cols, const float *G, bool bf16,
+                             double *loss)
 {
     int threads = dsq_cpu_threads();
     if (threads > rows) threads = rows > 0 ? (int)rows : 1;
@@ -141,21 +143,32 @@ dsq_status dsq_awq_quad_loss(const float *w, const float *wq, int64_t rows, int6
 #pragma omp parallel num_threads(threads) reduction(+ : total)
     {
         int64_t r0 = (int64_t)omp_get_thread_num() * per, nr = rows - r0 < per ? rows - r0 : per;
-        float *d = nr > 0 ? malloc((size_t)(nr * cols) * sizeof *d) : NULL, *t = NULL, *gs = NULL;
+        int64_t ld = dsq_gemm_bf16_lda(cols);
+        float *d = nr > 0 ? malloc((size_t)(nr * cols) * sizeof *d) : NULL, *t = NULL;
+        uint16_t *db = NULL;
+        void *gs = NULL;
         if (nr > 0) {
             t = malloc((size_t)(nr * cols) * sizeof *t);
-            gs = dsq_gemm_scratch_alloc(dsq_gemm_scratch_floats(cols, cols));
-            if (!d || !t || !gs) {
+            size_t gb = bf16 ? dsq_gemm_bf16_scratch_bytes(cols, cols) : dsq_gemm_scratch_floats(cols, cols) * sizeof(float);
+            gs = aligned_alloc(64, (gb + 63) & ~(size_t)63);
+            if (bf16) db = malloc((size_t)(nr * ld) * sizeof *db);
+            if (!d || !t || !gs || (bf16 && !db)) {
 #pragma omp atomic write
                 failed = 1;
             } else {
                 for (int64_t i = 0; i < nr * cols; i++) d[i] = wq[r0 * cols + i] - w[r0 * cols + i];
-                dsq_gemm_f32(DSQ_GEMM_BN, nr, cols, cols, d, cols, G, cols, t, cols, false, gs);
+                if (bf16) {
+                    dsq_gemm_bf16_round_rows(d, cols, nr, cols, db, ld);
+                    dsq_gemm_bf16(DSQ_GEMM_BN, nr, cols, cols, db, ld, G, cols, t, cols, false, gs);
+                } else {
+                    dsq_gemm_f32(DSQ_GEMM_BN, nr, cols, cols, d, cols, G, cols, t, cols, false, gs);
+                }
                 for (int64_t i = 0; i < nr * cols; i++) total += (double)t[i] * (double)d[i];
             }
         }
         free(d);
         free(t);
+        free(db);
         free(gs);
     }
     if (failed) return dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory for the loss of a %lld x %lld linear", (long long)rows,

@@ -32,6 +32,10 @@ dsq_status dsq_hessian_init(dsq_hessian *h, int64_t cols)
  * in float32), added to the double sum; rows of the product are split over
  * threads. */
 #define HCHUNK 256
+/* Rows of x^T x per work item: each item packs its (n - i0) x HCHUNK slice of
+ * x, so taller bands pack less (at 128 rows packing stays far below the
+ * products; the diagonal blocks' lower halves are the price). */
+#define HBAND 128
 
 static dsq_status hessian_chunk(dsq_hessian *h, const float *x, int64_t t, float *xt, uint16_t *xtb, float *c)
 {
@@ -39,7 +43,7 @@ static dsq_status hessian_chunk(dsq_hessian *h, const float *x, int64_t t, float
     for (int64_t i = 0; i < t; i++)
         for (int64_t j = 0; j < n; j++) xt[j * t + i] = x[i * n + j];
     if (h->bf16) dsq_gemm_bf16_round_rows(xt, t, n, t, xtb, ldb);
-    int64_t bands = (n + 63) / 64;
+    int64_t bands = (n + HBAND - 1) / HBAND;
     int failed = 0;
 #pragma omp parallel
     {
@@ -52,10 +56,11 @@ static dsq_status hessian_chunk(dsq_hessian *h, const float *x, int64_t t, float
 #pragma omp for schedule(dynamic, 1)
         for (int64_t b = 0; b < bands; b++) {
             if (!gs) continue;
-            int64_t i0 = b * 64, m = n - i0 < 64 ? n - i0 : 64;
+            int64_t i0 = b * HBAND, m = n - i0 < HBAND ? n - i0 : HBAND;
             /* rows i0.. of x^T x, columns from i0 on (the upper triangle and a little more) */
-            if (h->bf16)
-                dsq_gemm_bf16(DSQ_GEMM_BN, m, n - i0, t, xtb + i0 * ldb, ldb, x + i0, n, c + i0 * n + i0, n, false, gs);
+            if (h->bf16) /* B = rows of x^T: the contiguous (BT) packing */
+                dsq_gemm_bf16(DSQ_GEMM_BT, m, n - i0, t, xtb + i0 * ldb, ldb, xt + i0 * t, t, c + i0 * n + i0, n, false,
+                              gs);
             else
                 dsq_gemm_f32(DSQ_GEMM_BN, m, n - i0, t, xt + i0 * t, t, x + i0, n, c + i0 * n + i0, n, false, gs);
             for (int64_t i = i0; i < i0 + m; i++)
@@ -77,16 +82,14 @@ dsq_status dsq_hessian_add(dsq_hessian *h, const float *x, int64_t n_rows)
             return dsq_fail(DSQ_ERR_NUMERIC, "hessian: input row %lld, column %lld is not finite", (long long)(i / n),
                             (long long)(i % n));
     if (n_rows == 0) return DSQ_OK;
-    float *xt = malloc((size_t)(n * HCHUNK) * sizeof *xt), *c = malloc((size_t)(n * n) * sizeof *c);
-    uint16_t *xtb = h->bf16 ? malloc((size_t)(n * HCHUNK) * sizeof *xtb) : NULL;
-    dsq_status st = xt && c && (xtb || !h->bf16) ? DSQ_OK
-                            : dsq_fail(DSQ_ERR_NOMEM, "hessian: out of memory for [%lld x %lld]", (long long)n,
-                                       (long long)n);
+    if (!h->xt) h->xt = malloc((size_t)(n * HCHUNK) * sizeof *h->xt);
+    if (!h->c) h->c = malloc((size_t)(n * n) * sizeof *h->c);
+    if (h->bf16 && !h->xtb) h->xtb = malloc((size_t)(n * HCHUNK) * sizeof *h->xtb);
+    dsq_status st = h->xt && h->c && (h->xtb || !h->bf16)
+                        ? DSQ_OK
+                        : dsq_fail(DSQ_ERR_NOMEM, "hessian: out of memory for [%lld x %lld]", (long long)n, (long long)n);
     for (int64_t t0 = 0; st == DSQ_OK && t0 < n_rows; t0 += HCHUNK)
-        st = hessian_chunk(h, x + t0 * n, n_rows - t0 < HCHUNK ? n_rows - t0 : HCHUNK, xt, xtb, c);
-    free(xt);
-    free(xtb);
-    free(c);
+        st = hessian_chunk(h, x + t0 * n, n_rows - t0 < HCHUNK ? n_rows - t0 : HCHUNK, h->xt, h->xtb, h->c);
     if (st == DSQ_OK) h->n += (uint64_t)n_rows;
     return st;
 }
@@ -95,6 +98,11 @@ dsq_status dsq_hessian_finalize(dsq_hessian *h)
 {
     if (!h || !h->h || h->final) return dsq_fail(DSQ_ERR_ARG, "hessian: not open for finalizing");
     if (h->n == 0) return dsq_fail(DSQ_ERR_ARG, "hessian: no input rows were added");
+    free(h->xt);
+    free(h->xtb);
+    free(h->c);
+    h->xt = h->c = NULL;
+    h->xtb = NULL;
     const int64_t n = h->cols;
     const double f = 2.0 / (double)h->n;
     for (int64_t i = 0; i < n; i++)
@@ -110,6 +118,9 @@ dsq_status dsq_hessian_finalize(dsq_hessian *h)
 void dsq_hessian_free(dsq_hessian *h)
 {
     if (!h) return;
+    free(h->xt);
+    free(h->xtb);
+    free(h->c);
     free(h->h);
     memset(h, 0, sizeof *h);
 }

@@ -47,6 +47,9 @@ typedef struct dsq_hessian {
     uint64_t n; /* input rows (tokens) added */
     bool final;
     bool bf16;  /* set after init: x rounded to BF16 in the products (F32 sums), as x^T x of a BF16 model */
+    /* work buffers of dsq_hessian_add, kept from call to call (one call per sample) */
+    float *xt, *c;
+    uint16_t *xtb;
 } dsq_hessian;
 
 dsq_status dsq_hessian_init(dsq_hessian *h, int64_t cols);

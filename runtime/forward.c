@@ -170,7 +170,8 @@ static dsq_status mlp_block(dsq_ctx *c, int l, float *h, int n)
     dsq_cpu_rmsnorm(h, m->layers[l].ffn_norm, c->xn, n, m->dim, (float)m->arch.rms_norm_eps);
     DSQ_TRY(linear(c, l, DSQ_LIN_GATE, c->xn, c->gate, n));
     DSQ_TRY(linear(c, l, DSQ_LIN_UP, c->xn, c->up, n));
-    dsq_cpu_swiglu(c->gate, c->up, c->gate, (size_t)n * (size_t)m->ffn_dim);
+    if (c->attn.bf16) dsq_cpu_swiglu_fast(c->gate, c->up, c->gate, (size_t)n * (size_t)m->ffn_dim);
+    else dsq_cpu_swiglu(c->gate, c->up, c->gate, (size_t)n * (size_t)m->ffn_dim);
     DSQ_TRY(linear(c, l, DSQ_LIN_DOWN, c->gate, c->tmp, n));
     dsq_cpu_add(h, c->tmp, (size_t)n * (size_t)m->dim);
     return DSQ_OK;

@@ -262,9 +262,12 @@ static void test_quad_loss(void **state)
                 direct += d * d;
             }
         direct /= (double)(nt * rows);
-        double quad = -1;
-        assert_int_equal(dsq_awq_quad_loss(w, wq, rows, cols, G, &quad), DSQ_OK);
+        double quad = -1, quad16 = -1;
+        assert_int_equal(dsq_awq_quad_loss(w, wq, rows, cols, G, false, &quad), DSQ_OK);
         if (!(fabs(quad - direct) <= 1e-5 * direct)) fail_msg("variant %d: quad %.9g vs direct %.9g", variant, quad, direct);
+        assert_int_equal(dsq_awq_quad_loss(w, wq, rows, cols, G, true, &quad16), DSQ_OK);
+        if (!(fabs(quad16 - direct) <= 1e-2 * direct && quad16 != quad))
+            fail_msg("variant %d: bf16 quad %.9g vs direct %.9g", variant, quad16, direct);
         assert_true(direct > 0);
     }
     free(x), free(w), free(wq), free(G);

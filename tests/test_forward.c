@@ -820,6 +820,22 @@ static dsq_status on_layer(void *user, int layer, const float *hidden, int n_tok
 
 /* Hooks, the layer-by-layer entry points, incremental decoding against the
  * batch, NaN tracing and argument checks on one tiny GGUF. */
+typedef struct cap_o {
+    int layer;
+    float x[11 * 256];
+    int n;
+} cap_o;
+
+static dsq_status capture_o(void *user, int layer, dsq_linear_id which, const float *x, int n_tok, int64_t in)
+{
+    cap_o *c = user;
+    if (layer != c->layer || which != DSQ_LIN_O) return DSQ_OK;
+    assert_true((size_t)n_tok * (size_t)in <= sizeof c->x / sizeof *c->x);
+    memcpy(c->x, x, (size_t)n_tok * (size_t)in * sizeof *x);
+    c->n = n_tok;
+    return DSQ_OK;
+}
+
 static void test_tiny_forward_paths(void **state)
 {
     (void)state;
@@ -859,6 +875,39 @@ static void test_tiny_forward_paths(void **state)
     for (int l = 0; l < T_LAYERS; l++) expect_ok(dsq_forward_layer(c, l, hid, 11, 0));
     expect_ok(dsq_forward_head(c, hid, 11, lg));
     assert_close(lg, ref, 11 * T_VOCAB, 1e-6f, "layer by layer");
+
+    /* Half by half; and the attention tail alone on a captured o_proj input. */
+    expect_ok(dsq_forward_embed(c, g_tiny_toks, 11, hid));
+    for (int l = 0; l < T_LAYERS; l++) {
+        float h0[11 * T_HIDDEN], h1[11 * T_HIDDEN];
+        memcpy(h0, hid, sizeof hid);
+        cap_o co = {l, {0}, 0};
+        dsq_ctx_set_hooks(c, capture_o, NULL, &co);
+        expect_ok(dsq_forward_attn(c, l, hid, 11, 0));
+        dsq_ctx_set_hooks(c, NULL, NULL, NULL);
+        assert_int_equal(co.n, 11);
+        memcpy(h1, h0, sizeof h0);
+        expect_ok(dsq_forward_attn_output(c, l, co.x, h1, 11));
+        assert_memory_equal(h1, hid, sizeof hid);
+        expect_ok(dsq_forward_mlp(c, l, hid, 11));
+    }
+    expect_ok(dsq_forward_head(c, hid, 11, lg));
+    assert_close(lg, ref, 11 * T_VOCAB, 1e-6f, "half by half");
+    assert_int_equal(dsq_forward_attn(c, T_LAYERS, hid, 11, 0), DSQ_ERR_ARG);
+    assert_int_equal(dsq_forward_mlp(c, -1, hid, 11), DSQ_ERR_ARG);
+
+    /* BF16 products: close to F32, not equal; back to F32 exactly. */
+    dsq_ctx_set_bf16(c, true);
+    expect_ok(dsq_forward(c, g_tiny_toks, 11, 0, lg));
+    double dmax = 0, rmax = 0;
+    for (int i = 0; i < 11 * T_VOCAB; i++) {
+        dmax = fmax(dmax, fabs((double)lg[i] - ref[i]));
+        rmax = fmax(rmax, fabs((double)ref[i]));
+    }
+    if (!(dmax > 0 && dmax < 0.02 * rmax)) fail_msg("bf16 logits: max diff %g (max |logit| %g)", dmax, rmax);
+    dsq_ctx_set_bf16(c, false);
+    expect_ok(dsq_forward(c, g_tiny_toks, 11, 0, lg));
+    assert_close(lg, ref, 11 * T_VOCAB, 0, "F32 again");
 
     /* Token by token (decode paths) and in two pieces, through the cache. */
     for (int t = 0; t < 11; t++) expect_ok(dsq_forward(c, g_tiny_toks + t, 1, t, lg + t * T_VOCAB));

@@ -20,6 +20,7 @@
 #include "runtime/cpu/cpu.h"
 #include "runtime/cpu/gemm_bf16.h"
 #include "quantizers/qtypes.h"
+#include "runtime/cpu/ops.h"
 #include "runtime/cpu/vec.h"
 #include "runtime/linear.h"
 #include "tests/helpers/testutil.h"
@@ -187,6 +188,38 @@ static void test_exp_sum(void **state)
     dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
 }
 
+/* silu(g) * u with the polynomial exp, against double, every tail length,
+ * and the chunked op over a large buffer. */
+static void test_swiglu_fast(void **state)
+{
+    (void)state;
+    for (int is = 0; is < 2; is++) {
+        dsq_cpu_set_isa(is ? DSQ_CPU_ISA_AUTO : DSQ_CPU_ISA_SCALAR);
+        for (int n = 1; n <= 40; n++) {
+            float g[40], u[40], o[40];
+            for (int i = 0; i < n; i++) g[i] = -100.0f + 200.0f * (float)i / (float)n, u[i] = 0.5f + 0.1f * (float)i;
+            dsq_vec_swiglu(n, g, u, o);
+            for (int i = 0; i < n; i++) {
+                double want = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+                if (!(fabs(o[i] - want) <= 1e-6 * fabs(want) + 1e-30))
+                    fail_msg("isa %d: swiglu(%g, %g) = %.9g, want %.9g", is, g[i], u[i], o[i], want);
+            }
+        }
+    }
+    dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+    size_t n = 100003;
+    float *g = randm(n, 3.0f), *u = randm(n, 1.0f), *o = malloc(n * sizeof *o), *r = malloc(n * sizeof *r);
+    assert_non_null(o);
+    assert_non_null(r);
+    dsq_cpu_swiglu(g, u, r, n);
+    dsq_cpu_swiglu_fast(g, u, o, n);
+    for (size_t i = 0; i < n; i++)
+        if (!(fabsf(o[i] - r[i]) <= 1e-6f * fabsf(r[i]) + 1e-30f)) fail_msg("element %zu: %g vs %g", i, o[i], r[i]);
+    dsq_cpu_swiglu_fast(g, u, g, n); /* in place */
+    assert_memory_equal(g, o, n * sizeof *o);
+    free(g), free(u), free(o), free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -194,6 +227,7 @@ int main(void)
         cmocka_unit_test(test_round_to_nearest_even),
         cmocka_unit_test(test_linear_bf16),
         cmocka_unit_test(test_exp_sum),
+        cmocka_unit_test(test_swiglu_fast),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

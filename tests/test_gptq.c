@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "core/status.h"
+#include "core/dtype.h"
 #include "quantizers/gptq.h"
 #include "quantizers/intq.h"
 #include "tests/helpers/testutil.h"
@@ -94,6 +95,37 @@ static void test_hessian_accumulate(void **state)
     dsq_hessian_free(&h);
     assert_int_equal(dsq_hessian_init(&h, cols), DSQ_OK);
     assert_int_equal(dsq_hessian_add(&h, x, 2), DSQ_ERR_NUMERIC);
+    dsq_hessian_free(&h);
+    free(x);
+}
+
+/* The BF16 Hessian: the exact x^T x of the BF16-rounded inputs (summed in
+ * F32 per chunk), over 300 rows so the 256-row chunks and an odd tail meet. */
+static void test_hessian_bf16(void **state)
+{
+    (void)state;
+    const int n = 301, cols = 45;
+    float *x = correlated_inputs(n, cols, 3);
+    dsq_hessian h;
+    assert_int_equal(dsq_hessian_init(&h, cols), DSQ_OK);
+    h.bf16 = true;
+    assert_int_equal(dsq_hessian_add(&h, x, n), DSQ_OK);
+    assert_int_equal(dsq_hessian_finalize(&h), DSQ_OK);
+    double worst_f32 = 0;
+    for (int i = 0; i < cols; i++)
+        for (int j = 0; j < cols; j++) {
+            double s = 0.0, s32 = 0.0, bound = 0.0;
+            for (int t = 0; t < n; t++) {
+                double a = dsq_bf16_to_f32(dsq_f32_to_bf16(x[t * cols + i])), b = dsq_bf16_to_f32(dsq_f32_to_bf16(x[t * cols + j]));
+                s += a * b;
+                bound += fabs(a * b);
+                s32 += (double)x[t * cols + i] * (double)x[t * cols + j];
+            }
+            s *= 2.0 / n, bound *= 2.0 / n, s32 *= 2.0 / n;
+            if (!(fabs(h.h[i * cols + j] - s) <= 1e-5 * bound)) fail_msg("H[%d,%d] = %.9g, want %.9g", i, j, h.h[i * cols + j], s);
+            worst_f32 = fmax(worst_f32, fabs(h.h[i * cols + j] - s32) / (bound + 1e-30));
+        }
+    assert_true(worst_f32 > 1e-5); /* the rounding did happen */
     dsq_hessian_free(&h);
     free(x);
 }
@@ -389,7 +421,8 @@ static void test_damping_retry_and_failure(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hessian_accumulate),        cmocka_unit_test(test_hinv_factor),
+        cmocka_unit_test(test_hessian_accumulate),
+        cmocka_unit_test(test_hessian_bf16),        cmocka_unit_test(test_hinv_factor),
         cmocka_unit_test(test_diagonal_equals_rtn),       cmocka_unit_test(test_beats_rtn),
         cmocka_unit_test(test_act_order_g_idx),           cmocka_unit_test(test_dead_columns),
         cmocka_unit_test(test_damping_retry_and_failure),

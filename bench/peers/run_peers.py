@@ -22,6 +22,7 @@ Python here is only the driver: stdlib only, the tools run as subprocesses.
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -77,6 +78,9 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--chunks", type=int, default=40, help="WikiText-2 windows of 512 for the evaluation")
     ap.add_argument("--no-peer", action="store_true", help="only dsquant (no llm-compressor)")
+    ap.add_argument("--no-rtn", action="store_true", help="skip the RTN rows")
+    ap.add_argument("--dsq-args", default="", help="extra options for the dsquant quantize commands, e.g. "
+                    "'--loss-samples 4' (recorded in results.json)")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     peer_py = os.path.join(CACHE, "peers-venv", "bin", "python")
@@ -93,21 +97,23 @@ def main():
     env = dict(os.environ, OMP_WAIT_POLICY="passive")
     for scheme in a.schemes.split(","):
         bits, group = int(scheme[1:scheme.index("g")]), int(scheme[scheme.index("g") + 1:])
-        out = os.path.join(a.work, f"rtn-{scheme}")
-        dsquant(a.dsquant, "rtn", base, "-o", out, "--w-bit", str(bits), "--group", str(group), "--force",
-                "--format", "compressed-tensors")
-        results["rows"].append({"method": "rtn", "scheme": scheme, "tool": "dsquant",
-                                "ppl": ppl(a.dsquant, out, a.chunks, a.threads)})
+        if not a.no_rtn:
+            out = os.path.join(a.work, f"rtn-{scheme}")
+            dsquant(a.dsquant, "rtn", base, "-o", out, "--w-bit", str(bits), "--group", str(group), "--force",
+                    "--format", "compressed-tensors")
+            results["rows"].append({"method": "rtn", "scheme": scheme, "tool": "dsquant",
+                                    "ppl": ppl(a.dsquant, out, a.chunks, a.threads)})
         for method in a.methods.split(","):
             out = os.path.join(a.work, f"dsq-{method}-{scheme}")
             extra = ["--act-order", "--static-groups", "--sym"] if method == "gptq" else ["--zero-point"]
             cmd = [a.dsquant, method, base, "-o", out, "--w-bit", str(bits), "--group", str(group), "--force",
                    "--format", "compressed-tensors", "--calib", a.calib, "--n-samples", str(a.n_samples),
-                   "--seqlen", str(a.seqlen), "--seed", "0", "--threads", str(a.threads), "--json", *extra]
+                   "--seqlen", str(a.seqlen), "--seed", "0", "--threads", str(a.threads), "--json", *extra,
+                   *shlex.split(a.dsq_args)]
             text, wall, rss = measured(cmd, env, os.path.join(a.work, f"dsq-{method}-{scheme}.log"))
             j = json.loads(text)
             row = {"method": method, "scheme": scheme, "tool": "dsquant", "seconds": wall, "peak_rss_mib": rss,
-                   "ppl": ppl(a.dsquant, out, a.chunks, a.threads)}
+                   "ppl": ppl(a.dsquant, out, a.chunks, a.threads), "args": cmd[2:], "compute": j.get("compute")}
             results["rows"].append(row)
             print(f"dsquant {method} {scheme}: ppl {row['ppl']:.4f}, {wall:.1f} s, {rss:.0f} MiB", file=sys.stderr)
             if a.no_peer:

@@ -5,6 +5,7 @@
 
 #include "quantizers/qtypes.h"
 #include "runtime/cpu/cpu.h"
+#include "runtime/cpu/vec.h"
 #include "runtime/cpu/ops.h"
 
 void dsq_cpu_rmsnorm(const float *x, const float *w, float *y, int n_tok, int64_t dim, float eps)
@@ -26,6 +27,17 @@ void dsq_cpu_swiglu(const float *gate, const float *up, float *out, size_t n)
     for (size_t i = 0; i < n; i++) {
         float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void dsq_cpu_swiglu_fast(const float *gate, const float *up, float *out, size_t n)
+{
+    const size_t chunk = 16384;
+    int64_t nchunks = (int64_t)((n + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static) num_threads(dsq_cpu_threads()) if (nchunks > 4)
+    for (int64_t c = 0; c < nchunks; c++) {
+        size_t i0 = (size_t)c * chunk, m = n - i0 < chunk ? n - i0 : chunk;
+        dsq_vec_swiglu((int64_t)m, gate + i0, up + i0, out + i0);
     }
 }
 

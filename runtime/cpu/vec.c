@@ -55,3 +55,12 @@ float dsq_vec_exp_sum(int64_t n, float *x, float shift)
     }
     return sum;
 }
+
+void dsq_vec_swiglu(int64_t n, const float *gate, const float *up, float *out)
+{
+    if (dsq_cpu_use_avx2()) {
+        dsq_vec_swiglu_avx2(n, gate, up, out);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}

@@ -20,11 +20,16 @@ void dsq_vec_scale(int64_t n, float a, float *y);
  * less); scalar: expf. The BF16 passes use it; the F32 path keeps expf. */
 float dsq_vec_exp_sum(int64_t n, float *x, float shift);
 
+/* out[i] = silu(gate[i]) * up[i] with the same polynomial exp (out may alias
+ * either input); scalar: expf. */
+void dsq_vec_swiglu(int64_t n, const float *gate, const float *up, float *out);
+
 /* The AVX2 versions (internal; callers use the dispatching ones above). */
 float dsq_vec_dot_f32_avx2(int64_t n, const float *a, const float *b);
 float dsq_vec_dot_f16_f32_avx2(int64_t n, const uint16_t *a, const float *b);
 float dsq_vec_dot_bf16_f32_avx2(int64_t n, const uint16_t *a, const float *b);
 void dsq_vec_axpy_avx2(int64_t n, float a, const float *x, float *y);
 float dsq_vec_exp_sum_avx2(int64_t n, float *x, float shift);
+void dsq_vec_swiglu_avx2(int64_t n, const float *gate, const float *up, float *out);
 
 #endif

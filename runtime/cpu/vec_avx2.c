@@ -103,6 +103,23 @@ float dsq_vec_exp_sum_avx2(int64_t n, float *x, float shift)
     return sum;
 }
 
+void dsq_vec_swiglu_avx2(int64_t n, const float *gate, const float *up, float *out)
+{
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        __m256 e = exp_ps(_mm256_sub_ps(zero, g));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+    }
+    if (i < n) { /* the tail through the same arithmetic, via padded vectors */
+        float g[8] = {0}, u[8] = {0}, o[8];
+        for (int64_t j = i; j < n; j++) g[j - i] = gate[j], u[j - i] = up[j];
+        dsq_vec_swiglu_avx2(8, g, u, o);
+        for (int64_t j = i; j < n; j++) out[j] = o[j - i];
+    }
+}
+
 #else
 
 /* Never called without AVX2 (dsq_cpu_use_avx2() is false there). */
@@ -111,5 +128,6 @@ float dsq_vec_dot_f16_f32_avx2(int64_t n, const uint16_t *a, const float *b) { r
 float dsq_vec_dot_bf16_f32_avx2(int64_t n, const uint16_t *a, const float *b) { return 0.0f; }
 void dsq_vec_axpy_avx2(int64_t n, float a, const float *x, float *y) {}
 float dsq_vec_exp_sum_avx2(int64_t n, float *x, float shift) { return 0.0f; }
+void dsq_vec_swiglu_avx2(int64_t n, const float *gate, const float *up, float *out) {}
 
 #endif
