@@ -703,6 +703,7 @@ dsq_status dsq_seq_quantize(dsq_model *m, const dsq_calib_set *calib, const dsq_
     o.awq.q = o.q;
     o.awq.q.rule = DSQ_INTQ_RULE_AWQ;
     memset(rep, 0, sizeof *rep);
+    if (o.method == DSQ_QMETHOD_RTN) o.bf16 = false; /* no passes to run */
     rep->bf16 = o.bf16;
     if (keep_out) *keep_out = NULL;
     DSQ_TRY(check_opts(m, calib, &o));

@@ -644,10 +644,12 @@ static void print_results(const qargs *a, const results *r)
 {
     static const char *const fmts[] = {"awq", "gptq", "compressed-tensors"};
     if (!a->json) {
-        printf("%s: %lld linears quantized to %d-bit groups of %d (%s), %lld left unquantized, %.1f s (%s), peak RSS "
+        printf("%s: %lld linears quantized to %d-bit groups of %d (%s), %lld left unquantized, %.1f s%s, peak RSS "
                "%ld MiB\n",
                dsq_qmethod_name(a->method), (long long)r->rep.n_quantized, a->bits, a->group, fmts[a->fmt],
-               (long long)r->rep.n_skipped, r->rep.seconds, r->rep.bf16 ? "bf16" : "f32", r->rep.peak_rss_kb / 1024);
+               (long long)r->rep.n_skipped, r->rep.seconds,
+               a->method == DSQ_QMETHOD_RTN ? "" : r->rep.bf16 ? " (bf16 passes)" : " (f32 passes)",
+               r->rep.peak_rss_kb / 1024);
         printf("wrote %s\n", a->out);
         if (a->eval)
             printf("WikiText-2 PPL (hf protocol, ctx %d): base %.4f, quantized %.4f (%s)\n", a->eval_ctx, r->ppl_base,
@@ -674,7 +676,7 @@ static void print_results(const qargs *a, const results *r)
         for (int i = 0; st && r->calib.starts && i < r->calib.n_samples; i++)
             cJSON_AddItemToArray(st, cJSON_CreateNumber((double)r->calib.starts[i]));
     }
-    cJSON_AddStringToObject(o, "compute", r->rep.bf16 ? "bf16" : "f32");
+    if (a->method != DSQ_QMETHOD_RTN) cJSON_AddStringToObject(o, "compute", r->rep.bf16 ? "bf16" : "f32");
     cJSON_AddNumberToObject(o, "seconds", r->rep.seconds);
     cJSON_AddNumberToObject(o, "peak_rss_mib", (double)r->rep.peak_rss_kb / 1024.0);
     if (a->eval) {

@@ -77,7 +77,14 @@ dsq_status dsq_hessian_add(dsq_hessian *h, const float *x, int64_t n_rows)
     if (!h || !h->h || h->final) return dsq_fail(DSQ_ERR_ARG, "hessian: not open for adding");
     if (n_rows < 0 || (n_rows > 0 && !x)) return dsq_fail(DSQ_ERR_ARG, "hessian: bad input rows");
     const int64_t n = h->cols;
-    for (int64_t i = 0; i < n_rows * n; i++)
+    /* all-ones exponent bits = Inf or NaN; integer tests vectorize, isfinite() does not */
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < n_rows * n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    for (int64_t i = 0; bad && i < n_rows * n; i++)
         if (!isfinite(x[i]))
             return dsq_fail(DSQ_ERR_NUMERIC, "hessian: input row %lld, column %lld is not finite", (long long)(i / n),
                             (long long)(i % n));

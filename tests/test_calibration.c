@@ -492,25 +492,31 @@ static void test_cli_rtn(void **state)
     snprintf(p, sizeof p, "%s/out/tokenizer.json", dir);
     assert_true(dsq_exists(p));
     /* the calibration arithmetic and the AWQ loss windows */
-    static const char *const bad[][2] = {
-        {"awq --group 64 --compute fp8", "--compute takes auto, f32 or bf16"},
-        {"rtn --group 64 --loss-samples 2", "--loss-samples is an AWQ option"},
-        {"awq --group 64 --n-samples 4 --loss-samples 8", "--loss-samples 8 exceeds --n-samples 4"},
+    static const char *const bad[][3] = {
+        {"awq", "--group 64 --compute fp8", "--compute takes auto, f32 or bf16"},
+        {"rtn", "--group 64 --loss-samples 2", "--loss-samples is an AWQ option"},
+        {"awq", "--group 64 --n-samples 4 --loss-samples 8", "--loss-samples 8 exceeds --n-samples 4"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(cmd, sizeof cmd, "%s %s -o %s/bad -q %s", DSQ_BINARY, model, dir, bad[i][0]);
+        snprintf(cmd, sizeof cmd, "%s %s %s -o %s/bad -q %s", DSQ_BINARY, bad[i][0], model, dir, bad[i][1]);
         assert_int_not_equal(dsq_test_run(cmd, err, sizeof err), 0);
-        if (!strstr(err, bad[i][1])) fail_msg("%s: stderr '%s' lacks '%s'", bad[i][0], err, bad[i][1]);
+        if (!strstr(err, bad[i][2])) fail_msg("%s %s: stderr '%s' lacks '%s'", bad[i][0], bad[i][1], err, bad[i][2]);
         snprintf(p, sizeof p, "%s/bad", dir);
         assert_false(dsq_exists(p));
     }
-    snprintf(cmd, sizeof cmd, "%s awq %s -o %s/awq -q --group 64 --n-samples 2 --seqlen 64 --loss-samples 1 --json > %s/awq.json",
-             DSQ_BINARY, model, dir, dir);
-    assert_int_equal(dsq_test_run(cmd, err, sizeof err), 0);
-    snprintf(p, sizeof p, "%s/awq.json", dir);
-    expect_ok(dsq_read_file(p, 1 << 20, &cfg, &n));
-    assert_non_null(strstr(cfg, dsq_cpu_has_avx512bf16() ? "\"compute\":\t\"bf16\"" : "\"compute\":\t\"f32\""));
-    free(cfg);
+    char *calib = dsq_test_shared("datasets/tinyshakespeare.txt.zst");
+    if (calib) { /* --compute auto says which arithmetic it chose */
+        snprintf(cmd, sizeof cmd,
+                 "%s awq %s -o %s/awq -q --group 64 --calib %s --n-samples 2 --seqlen 64 --loss-samples 1 --json > "
+                 "%s/awq.json",
+                 DSQ_BINARY, model, dir, calib, dir);
+        if (dsq_test_run(cmd, err, sizeof err) != 0) fail_msg("%s: %s", cmd, err);
+        snprintf(p, sizeof p, "%s/awq.json", dir);
+        expect_ok(dsq_read_file(p, 1 << 20, &cfg, &n));
+        assert_non_null(strstr(cfg, dsq_cpu_has_avx512bf16() ? "\"compute\":\t\"bf16\"" : "\"compute\":\t\"f32\""));
+        free(cfg);
+        free(calib);
+    }
     free(model);
     dsq_test_rmtmp(dir);
 }
