@@ -173,15 +173,17 @@ def gemm_compare(bench_gemv, threads, reps):
         ours = {}
         for line in r.stdout.splitlines():
             cells = [c.strip() for c in line.strip("|").split("|")]
-            if len(cells) == 3 and " x " in cells[0]:
-                ours[cells[0]] = (cells[1], cells[2])
+            # | shape | dsq_gemm_f32 | linear F32 | linear BF16 | BF16/F32 | (one thread count per run)
+            if len(cells) == 5 and " x " in cells[0]:
+                ours[cells[0]] = (cells[1], cells[2], cells[3])
         print(f"threads {th}\n")
-        print("| m x n x k | dsq_gemm_f32 (1 thr) | our linear F32 | OpenBLAS (numpy) | linear / OpenBLAS |")
-        print("|---|---:|---:|---:|---:|")
+        print("| m x n x k | dsq_gemm_f32 (1 thr) | our linear F32 | OpenBLAS (numpy) | linear / OpenBLAS "
+              "| our linear BF16 |")
+        print("|---|---:|---:|---:|---:|---:|")
         for shape, gf in ob.items():
-            g, lin = ours.get(shape, ("-", "-"))
+            g, lin, l16 = ours.get(shape, ("-", "-", "-"))
             ratio = f"{float(lin) / float(gf):.2f}" if lin != "-" else "-"
-            print(f"| {shape} | {g} | {lin} | {gf} | {ratio} |")
+            print(f"| {shape} | {g} | {lin} | {gf} | {ratio} | {l16} |")
         print()
 
 
