@@ -137,12 +137,15 @@ dsq_status dsq_awq_quad_loss(const float *w, const float *wq, int64_t rows, int6
 {
     int threads = dsq_cpu_threads();
     if (threads > rows) threads = rows > 0 ? (int)rows : 1;
-    int64_t per = (rows + threads - 1) / threads;
     double total = 0;
     int failed = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : total)
     {
-        int64_t r0 = (int64_t)omp_get_thread_num() * per, nr = rows - r0 < per ? rows - r0 : per;
+        /* one contiguous share of the rows per thread, split by the team we got
+         * (OpenMP may give fewer threads than asked) */
+        int team = omp_get_num_threads();
+        int64_t per = (rows + team - 1) / team, r0 = (int64_t)omp_get_thread_num() * per;
+        int64_t nr = r0 >= rows ? 0 : rows - r0 < per ? rows - r0 : per;
         int64_t ld = dsq_gemm_bf16_lda(cols);
         float *d = nr > 0 ? malloc((size_t)(nr * cols) * sizeof *d) : NULL, *t = NULL;
         uint16_t *db = NULL;
