@@ -138,35 +138,34 @@ static bool is_value_opt(const char *o)
     return false;
 }
 
+/* One option of argv[*i] (dsq_cli_walk's callback). */
+static int parse_opt(int argc, char **argv, int *i, void *user)
+{
+    qargs *a = user;
+    const char *opt = argv[*i];
+    if (is_value_opt(opt)) return parse_value_opt(argc, argv, i, a);
+    if (!strcmp(opt, "--zero-point")) a->sym = 0;
+    else if (!strcmp(opt, "--no-zero-point") || !strcmp(opt, "--sym")) a->sym = 1;
+    else if (!strcmp(opt, "--act-order")) a->act_order = true;
+    else if (!strcmp(opt, "--static-groups")) a->static_groups = true;
+    else if (!strcmp(opt, "--skip-indivisible")) a->skip = true;
+    else if (!strcmp(opt, "--force")) a->force = true;
+    else if (!strcmp(opt, "--eval")) a->eval = true;
+    else if (!strcmp(opt, "--json")) a->json = true;
+    else {
+        fprintf(stderr, "dsquant: error: %s: unknown option %s (see dsquant %s --help)\n", argv[0], opt, argv[0]);
+        return 2;
+    }
+    return 0;
+}
+
 static int parse(int argc, char **argv, qargs *a)
 {
     a->method = !strcmp(argv[0], "awq") ? DSQ_QMETHOD_AWQ : !strcmp(argv[0], "gptq") ? DSQ_QMETHOD_GPTQ : DSQ_QMETHOD_RTN;
     a->bits = 4, a->group = 128, a->n_samples = 128, a->sym = -1, a->damp = 0.01, a->fmt = -1, a->compute = -1;
     a->eval_ctx = 512, a->eval_chunks = 40;
-    for (int i = 1; i < argc; i++) {
-        int exit_now, rc;
-        const char *opt = argv[i];
-        if (dsq_cli_common_opt(argc, argv, &i, g_usage, &exit_now)) {
-            if (exit_now) return -1;
-        } else if (is_value_opt(opt)) {
-            if ((rc = parse_value_opt(argc, argv, &i, a))) return rc;
-        } else if (!strcmp(opt, "--zero-point")) a->sym = 0;
-        else if (!strcmp(opt, "--no-zero-point") || !strcmp(opt, "--sym")) a->sym = 1;
-        else if (!strcmp(opt, "--act-order")) a->act_order = true;
-        else if (!strcmp(opt, "--static-groups")) a->static_groups = true;
-        else if (!strcmp(opt, "--skip-indivisible")) a->skip = true;
-        else if (!strcmp(opt, "--force")) a->force = true;
-        else if (!strcmp(opt, "--eval")) a->eval = true;
-        else if (!strcmp(opt, "--json")) a->json = true;
-        else if (opt[0] == '-' && opt[1]) {
-            fprintf(stderr, "dsquant: error: %s: unknown option %s (see dsquant %s --help)\n", argv[0], opt, argv[0]);
-            return 2;
-        } else if (!a->model) a->model = opt;
-        else {
-            fprintf(stderr, "dsquant: error: %s: unexpected argument %s\n", argv[0], opt);
-            return 2;
-        }
-    }
+    int n_pos, rc = dsq_cli_walk(argc, argv, argv[0], g_usage, parse_opt, a, &a->model, 1, &n_pos);
+    if (rc) return rc;
     if (!a->model || !a->out) {
         fprintf(stderr, "dsquant: error: %s: %s (see dsquant %s --help)\n", argv[0], !a->model ? "missing MODEL" : "missing -o OUT",
                 argv[0]);

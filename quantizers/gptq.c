@@ -37,9 +37,11 @@ dsq_status dsq_hessian_init(dsq_hessian *h, int64_t cols)
  * products; the diagonal blocks' lower halves are the price). */
 #define HBAND 128
 
-static dsq_status hessian_chunk(dsq_hessian *h, const float *x, int64_t t, float *xt, uint16_t *xtb, float *c)
+static dsq_status hessian_chunk(dsq_hessian *h, const float *x, int64_t t)
 {
     const int64_t n = h->cols, ldb = dsq_gemm_bf16_lda(t);
+    float *xt = h->xt, *c = h->c;
+    uint16_t *xtb = h->xtb;
     for (int64_t i = 0; i < t; i++)
         for (int64_t j = 0; j < n; j++) xt[j * t + i] = x[i * n + j];
     if (h->bf16) dsq_gemm_bf16_round_rows(xt, t, n, t, xtb, ldb);
@@ -96,7 +98,7 @@ dsq_status dsq_hessian_add(dsq_hessian *h, const float *x, int64_t n_rows)
                         ? DSQ_OK
                         : dsq_fail(DSQ_ERR_NOMEM, "hessian: out of memory for [%lld x %lld]", (long long)n, (long long)n);
     for (int64_t t0 = 0; st == DSQ_OK && t0 < n_rows; t0 += HCHUNK)
-        st = hessian_chunk(h, x + t0 * n, n_rows - t0 < HCHUNK ? n_rows - t0 : HCHUNK, h->xt, h->xtb, h->c);
+        st = hessian_chunk(h, x + t0 * n, n_rows - t0 < HCHUNK ? n_rows - t0 : HCHUNK);
     if (st == DSQ_OK) h->n += (uint64_t)n_rows;
     return st;
 }

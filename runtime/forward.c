@@ -26,17 +26,19 @@ struct dsq_ctx {
 const dsq_model *dsq_ctx_model(const dsq_ctx *c) { return c->m; }
 int dsq_ctx_n_ctx(const dsq_ctx *c) { return c->n_ctx; }
 
-void dsq_ctx_set_llamacpp_act(dsq_ctx *c, bool llamacpp)
+/* The attention shape carries the BF16 flag down to dsq_cpu_attention. */
+static void set_matmul(dsq_ctx *c, dsq_matmul_mode mode)
 {
-    c->matmul = llamacpp ? DSQ_MATMUL_LLAMACPP : DSQ_MATMUL_DEFAULT;
-    c->attn.bf16 = false;
+    c->matmul = mode;
+    c->attn.bf16 = mode == DSQ_MATMUL_BF16;
 }
 
-void dsq_ctx_set_bf16(dsq_ctx *c, bool bf16)
+void dsq_ctx_set_llamacpp_act(dsq_ctx *c, bool llamacpp)
 {
-    c->matmul = bf16 ? DSQ_MATMUL_BF16 : DSQ_MATMUL_DEFAULT;
-    c->attn.bf16 = bf16;
+    set_matmul(c, llamacpp ? DSQ_MATMUL_LLAMACPP : DSQ_MATMUL_DEFAULT);
 }
+
+void dsq_ctx_set_bf16(dsq_ctx *c, bool bf16) { set_matmul(c, bf16 ? DSQ_MATMUL_BF16 : DSQ_MATMUL_DEFAULT); }
 
 void dsq_ctx_set_hooks(dsq_ctx *c, dsq_linear_hook_fn on_linear, dsq_layer_hook_fn on_layer, void *user)
 {
@@ -170,7 +172,7 @@ static dsq_status mlp_block(dsq_ctx *c, int l, float *h, int n)
     dsq_cpu_rmsnorm(h, m->layers[l].ffn_norm, c->xn, n, m->dim, (float)m->arch.rms_norm_eps);
     DSQ_TRY(linear(c, l, DSQ_LIN_GATE, c->xn, c->gate, n));
     DSQ_TRY(linear(c, l, DSQ_LIN_UP, c->xn, c->up, n));
-    if (c->attn.bf16) dsq_cpu_swiglu_fast(c->gate, c->up, c->gate, (size_t)n * (size_t)m->ffn_dim);
+    if (c->matmul == DSQ_MATMUL_BF16) dsq_cpu_swiglu_fast(c->gate, c->up, c->gate, (size_t)n * (size_t)m->ffn_dim);
     else dsq_cpu_swiglu(c->gate, c->up, c->gate, (size_t)n * (size_t)m->ffn_dim);
     DSQ_TRY(linear(c, l, DSQ_LIN_DOWN, c->gate, c->tmp, n));
     dsq_cpu_add(h, c->tmp, (size_t)n * (size_t)m->dim);
