@@ -14,7 +14,7 @@
  * is shown too.
  * Target: each type >= 70% of memcpy (marked `!` when missed).
  *
- * --gemm adds the batched path's F32 matrix product (runtime/cpu/gemm.h) at
+ * --gemm adds the batched path's F32 matrix product (kernels/gemm.h) at
  * the shapes of the default model's linears and a 4096 x 4096 one, 512
  * tokens: dsq_gemm_f32 on one thread (B packing included, as in every call)
  * and dsq_linear_forward_gemm with F32 weights on each thread count, in
@@ -34,8 +34,8 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "quantizers/qtypes.h"
-#include "runtime/cpu/cpu.h"
-#include "runtime/cpu/gemm.h"
+#include "kernels/cpu.h"
+#include "kernels/gemm.h"
 #include "runtime/linear.h"
 
 #define MAX_TYPES 32

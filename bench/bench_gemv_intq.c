@@ -20,7 +20,7 @@
 
 #include "core/dtype.h"
 #include "quantizers/intq.h"
-#include "runtime/cpu/cpu.h"
+#include "kernels/cpu.h"
 #include "runtime/linear.h"
 
 #define COPY_BYTES (256u << 20)

@@ -23,7 +23,7 @@
 #include "formats/pack_ct.h"
 #include "formats/pack_gptq.h"
 #include "formats/safetensors.h"
-#include "runtime/cpu/cpu.h"
+#include "kernels/cpu.h"
 #include "runtime/forward.h"
 #include "runtime/model.h"
 #include "runtime/tokenizer.h"

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/cpu/cpu.h"
+#include "kernels/cpu.h"
 
 typedef struct entry {
     double *sum2; /* [in] */

@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "eval/kld_file.h"
-#include "runtime/cpu/cpu.h"
+#include "kernels/cpu.h"
 
 const double dsq_kld_quantiles[DSQ_KLD_NQ] = {1, 0.999, 0.99, 0.95, 0.9, 0.5, 0.1, 0.05, 0.01, 0.001, 0};
 const double dsq_kld_dp_quantiles[DSQ_KLD_DP_NQ] = {1, 0.999, 0.99, 0.95, 0.9, 0.75, 0.5, 0.25, 0.1, 0.05, 0.01, 0.001, 0};

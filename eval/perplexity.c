@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/cpu/cpu.h"
+#include "kernels/cpu.h"
 
 const char *dsq_ppl_protocol_name(dsq_ppl_protocol p) { return p == DSQ_PPL_HF ? "hf" : "llamacpp"; }
 

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cpu/cpu.h"
-#include "runtime/cpu/gemm.h"      /* d G in the quadratic-form loss */
-#include "runtime/cpu/gemm_bf16.h" /* the same in BF16 passes */
-#include "runtime/cpu/vec.h"  /* SIMD dot products: the clip search is mostly dots of one group */
+#include "kernels/cpu.h"
+#include "kernels/gemm.h"      /* d G in the quadratic-form loss */
+#include "kernels/gemm_bf16.h" /* the same in BF16 passes */
+#include "kernels/vec.h"  /* SIMD dot products: the clip search is mostly dots of one group */
 
 dsq_awq_opts dsq_awq_default_opts(void)
 {

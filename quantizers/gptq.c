@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "runtime/cpu/gemm.h"      /* x^T x */
-#include "runtime/cpu/gemm_bf16.h" /* x^T x of a BF16 pass */
+#include "kernels/gemm.h"      /* x^T x */
+#include "kernels/gemm_bf16.h" /* x^T x of a BF16 pass */
 
 #define ROW_TILE 8   /* rows that share each streamed row of U in the batched update */
 #define CHOL_NB 64   /* Cholesky block width */

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cpu/cpu.h"
+#include "kernels/cpu.h"
 #include "runtime/cpu/ops.h"
 
 struct dsq_ctx {

@@ -5,11 +5,11 @@
 #include <string.h>
 
 #include "quantizers/qtypes.h"
-#include "runtime/cpu/cpu.h"
-#include "runtime/cpu/gemm.h"
-#include "runtime/cpu/gemm_bf16.h"
+#include "kernels/cpu.h"
+#include "kernels/gemm.h"
+#include "kernels/gemm_bf16.h"
 #include "runtime/cpu/qgemv.h"
-#include "runtime/cpu/vec.h"
+#include "kernels/vec.h"
 
 const char *dsq_linear_kind_name(dsq_linear_kind k)
 {

@@ -8,7 +8,7 @@
  *
  * Two compute paths (runtime/linear.c):
  *  - batched (n_tok > DSQ_LINEAR_GEMV_MAX_TOKENS): tiles of W are turned into
- *    F32 and multiplied with a blocked GEMM (runtime/cpu/gemm.h), OpenMP over
+ *    F32 and multiplied with a blocked GEMM (kernels/gemm.h), OpenMP over
  *    tiles of output rows; F32 activations throughout.
  *  - decode (few tokens): each token's activation is prepared once (for GGUF
  *    block types quantized to the type's vec_dot_type, as llama.cpp does) and
@@ -79,7 +79,7 @@ dsq_status dsq_linear_forward(const dsq_linear *W, const float *x, float *y, int
 dsq_status dsq_linear_forward_gemm(const dsq_linear *W, const float *x, float *y, int n_tok);
 dsq_status dsq_linear_forward_gemv(const dsq_linear *W, const float *x, float *y, int n_tok);
 /* The batched path with x and W rounded to BF16 and F32 accumulation
- * (runtime/cpu/gemm_bf16.h): calibration passes, as torch runs a BF16 model. */
+ * (kernels/gemm_bf16.h): calibration passes, as torch runs a BF16 model. */
 dsq_status dsq_linear_forward_bf16(const dsq_linear *W, const float *x, float *y, int n_tok);
 
 /* F32 rows [r0, r0 + nr) of W (dst: nr x in). */

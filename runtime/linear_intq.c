@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cpu/cpu.h"
+#include "kernels/cpu.h"
 #include "runtime/linear.h"
 
 typedef struct intq_store {

@@ -34,7 +34,7 @@
 #include "eval/perplexity.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
-#include "runtime/cpu/cpu.h"
+#include "kernels/cpu.h"
 #include "runtime/forward.h"
 #include "runtime/model.h"
 #include "runtime/tokenizer.h"

@@ -1,4 +1,4 @@
-/* The BF16 GEMM (runtime/cpu/gemm_bf16.h) and the linear path on it: both
+/* The BF16 GEMM (kernels/gemm_bf16.h) and the linear path on it: both
  * kernels against a double-precision product of the BF16-rounded operands
  * (so a kernel that skipped the rounding, dropped a k pair or mis-packed a
  * panel fails), every edge of the blocking (rows not a multiple of 8, columns
@@ -17,11 +17,11 @@
 #include <cmocka.h>
 
 #include "core/dtype.h"
-#include "runtime/cpu/cpu.h"
-#include "runtime/cpu/gemm_bf16.h"
+#include "kernels/cpu.h"
+#include "kernels/gemm_bf16.h"
 #include "quantizers/qtypes.h"
 #include "runtime/cpu/ops.h"
-#include "runtime/cpu/vec.h"
+#include "kernels/vec.h"
 #include "runtime/linear.h"
 #include "tests/helpers/testutil.h"
 

@@ -22,7 +22,7 @@
 #include "eval/kld.h"
 #include "eval/kld_file.h"
 #include "quantizers/qtypes.h"
-#include "runtime/cpu/cpu.h"
+#include "kernels/cpu.h"
 #include "runtime/forward.h"
 #include "runtime/model.h"
 #include "tests/helpers/testutil.h"

@@ -16,7 +16,7 @@
 
 #include "core/status.h"
 #include "quantizers/intq.h"
-#include "runtime/cpu/cpu.h"
+#include "kernels/cpu.h"
 #include "runtime/linear.h"
 #include "tests/helpers/testutil.h"
 

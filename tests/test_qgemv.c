@@ -21,7 +21,7 @@
 #include "quantizers/kquants_ref.h"
 #include "quantizers/qtypes.h"
 #include "quantizers/quants_ref.h"
-#include "runtime/cpu/cpu.h"
+#include "kernels/cpu.h"
 #include "runtime/cpu/qgemv.h"
 #include "runtime/linear.h"
 #include "tests/helpers/testutil.h"

@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cpu/cpu.h"
-#include "runtime/cpu/gemm.h"
-#include "runtime/cpu/gemm_bf16.h"
+#include "kernels/cpu.h"
+#include "kernels/gemm.h"
+#include "kernels/gemm_bf16.h"
 #include "runtime/cpu/ops.h"
-#include "runtime/cpu/vec.h"
+#include "kernels/vec.h"
 
 #define QBLOCK 32          /* query rows per GEMM work item */
 #define QBLOCK_BF16 128    /* BF16: packing K and V costs more, so fewer, taller blocks */

@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "quantizers/qtypes.h"
-#include "runtime/cpu/cpu.h"
-#include "runtime/cpu/vec.h"
+#include "kernels/cpu.h"
+#include "kernels/vec.h"
 #include "runtime/cpu/ops.h"
 
 void dsq_cpu_rmsnorm(const float *x, const float *w, float *y, int n_tok, int64_t dim, float eps)

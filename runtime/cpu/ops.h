@@ -48,7 +48,7 @@ void dsq_cpu_rope(const dsq_rope *r, float *x, int n_tok, int n_heads, int64_t r
 void dsq_cpu_rmsnorm(const float *x, const float *w, float *y, int n_tok, int64_t dim, float eps);
 /* out = silu(gate) * up (out may alias either). */
 void dsq_cpu_swiglu(const float *gate, const float *up, float *out, size_t n);
-/* The same with the polynomial exp of runtime/cpu/vec.h (BF16 passes). */
+/* The same with the polynomial exp of kernels/vec.h (BF16 passes). */
 void dsq_cpu_swiglu_fast(const float *gate, const float *up, float *out, size_t n);
 /* y += x */
 void dsq_cpu_add(float *y, const float *x, size_t n);

@@ -1,6 +1,6 @@
 #include "runtime/cpu/qgemv.h"
 
-#include "runtime/cpu/cpu.h"
+#include "kernels/cpu.h"
 
 dsq_qgemv_fn dsq_qgemv_kernel(dsq_type t)
 {

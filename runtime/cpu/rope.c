@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cpu/cpu.h"
+#include "kernels/cpu.h"
 #include "runtime/cpu/ops.h"
 
 #define MAX_HEAD_DIM 1024

@@ -1,10 +1,10 @@
-/* AVX2/FMA/F16C versions of runtime/cpu/vec.h; only called when
+/* AVX2/FMA/F16C versions of kernels/vec.h; only called when
  * dsq_cpu_use_avx2() holds. */
 #if defined(__x86_64__) && defined(__GNUC__)
 #pragma GCC target("avx2,fma,f16c")
 #endif
 
-#include "runtime/cpu/vec.h"
+#include "kernels/vec.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 

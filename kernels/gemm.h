@@ -3,8 +3,8 @@
  * an AVX2/FMA micro-kernel chosen at run time and a scalar reference of the
  * same shape. Callers split the work across threads (runtime/linear.c over
  * output column tiles, attention over heads). */
-#ifndef DSQ_RUNTIME_CPU_GEMM_H
-#define DSQ_RUNTIME_CPU_GEMM_H
+#ifndef DSQ_KERNELS_GEMM_H
+#define DSQ_KERNELS_GEMM_H
 
 #include <stdbool.h>
 #include <stddef.h>

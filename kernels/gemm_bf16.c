@@ -1,13 +1,13 @@
-/* The BF16 GEMM driver (runtime/cpu/gemm_bf16.h): the blocking of gemm.c
+/* The BF16 GEMM driver (kernels/gemm_bf16.h): the blocking of gemm.c
  * (pack a KC block of op(B) into panels, stream MR rows of A past each), with
  * BF16 pairs instead of floats. The AVX512-BF16 kernel is used when
  * dsq_cpu_use_bf16_gemm() holds; the scalar kernel is its reference. */
-#include "runtime/cpu/gemm_bf16.h"
+#include "kernels/gemm_bf16.h"
 
 #include <string.h>
 
 #include "core/dtype.h"
-#include "runtime/cpu/cpu.h"
+#include "kernels/cpu.h"
 
 #define MR DSQ_GEMM_BF16_MR
 #define NR DSQ_GEMM_BF16_NR

@@ -10,14 +10,14 @@
  * writes it so). op(B) is F32 and rounded while it is packed: per KC block,
  * panels of NR columns hold k pairs interleaved, [pair][column][2], so one
  * 64-byte load feeds 16 columns with two k steps each. */
-#ifndef DSQ_RUNTIME_CPU_GEMM_BF16_H
-#define DSQ_RUNTIME_CPU_GEMM_BF16_H
+#ifndef DSQ_KERNELS_GEMM_BF16_H
+#define DSQ_KERNELS_GEMM_BF16_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/cpu/gemm.h"
+#include "kernels/gemm.h"
 
 #define DSQ_GEMM_BF16_MR 8
 #define DSQ_GEMM_BF16_NR 32

@@ -3,13 +3,13 @@
  * the micro-kernel streams one panel from L1 while 6 rows of A are broadcast
  * one element at a time. Edge tiles (fewer than 6 rows or 16 columns) run the
  * same kernel on padded copies. */
-#include "runtime/cpu/gemm.h"
+#include "kernels/gemm.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cpu/cpu.h"
-#include "runtime/cpu/gemm_kernel.h"
+#include "kernels/cpu.h"
+#include "kernels/gemm_kernel.h"
 
 #define MR DSQ_GEMM_MR
 #define NR DSQ_GEMM_NR

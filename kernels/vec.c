@@ -1,9 +1,9 @@
-#include "runtime/cpu/vec.h"
+#include "kernels/vec.h"
 
 #include <math.h>
 
 #include "core/dtype.h"
-#include "runtime/cpu/cpu.h"
+#include "kernels/cpu.h"
 
 /* The scalar references sum in double: they are the yardstick the SIMD
  * versions (float partial sums) are tested against. */

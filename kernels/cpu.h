@@ -1,8 +1,8 @@
 /* Settings shared by the CPU backend's kernels: which instruction set the
  * kernels use (chosen at run time; tests force the scalar reference to
  * compare it with the SIMD one) and how many OpenMP threads they start. */
-#ifndef DSQ_RUNTIME_CPU_CPU_H
-#define DSQ_RUNTIME_CPU_CPU_H
+#ifndef DSQ_KERNELS_CPU_H
+#define DSQ_KERNELS_CPU_H
 
 #include <stdbool.h>
 

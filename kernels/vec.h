@@ -1,8 +1,8 @@
 /* Vector helpers of the CPU backend: dot products of an F32 vector with an
  * F32/F16/BF16 row (the decode path of dense linears, attention scores) and
  * y += a*x (attention values). AVX2/FMA paths chosen at run time. */
-#ifndef DSQ_RUNTIME_CPU_VEC_H
-#define DSQ_RUNTIME_CPU_VEC_H
+#ifndef DSQ_KERNELS_VEC_H
+#define DSQ_KERNELS_VEC_H
 
 #include <stdint.h>
 

@@ -4,7 +4,7 @@
 #pragma GCC target("avx2,fma")
 #endif
 
-#include "runtime/cpu/gemm_kernel.h"
+#include "kernels/gemm_kernel.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 

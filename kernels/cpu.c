@@ -1,4 +1,4 @@
-#include "runtime/cpu/cpu.h"
+#include "kernels/cpu.h"
 
 #include <omp.h>
 

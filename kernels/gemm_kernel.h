@@ -1,8 +1,8 @@
 /* The 6x16 micro-kernels behind dsq_gemm_f32 (internal to runtime/cpu):
  * C[6 x 16] (+)= A[6 x kc] (rows lda apart) * Bp, where Bp is a packed panel
  * of kc rows of 16 floats (32-byte aligned). */
-#ifndef DSQ_RUNTIME_CPU_GEMM_KERNEL_H
-#define DSQ_RUNTIME_CPU_GEMM_KERNEL_H
+#ifndef DSQ_KERNELS_GEMM_KERNEL_H
+#define DSQ_KERNELS_GEMM_KERNEL_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -5,7 +5,7 @@
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
 #endif
 
-#include "runtime/cpu/gemm_bf16.h"
+#include "kernels/gemm_bf16.h"
 
 #include <string.h>
 
