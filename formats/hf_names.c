@@ -1,58 +1,56 @@
-/* HF <-> GGUF tensor names for Llama/Mistral/Qwen2 (gguf-py tensor_mapping.py,
- * the "llama-hf" rows) and LlamaModel.permute from llama.cpp's converter. */
+/* HF <-> GGUF tensor names: the block rows from the architecture's block
+ * description (formats/block.h; gguf-py tensor_mapping.py) and LlamaModel.permute from llama.cpp's converter. */
 #include "formats/hf_names.h"
+
+#include "formats/block.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum bias_rule {
-    BIAS_NONE, /* norms: weight only */
-    BIAS_QKV,  /* q/k/v: attention_bias (always for qwen2) */
-    BIAS_O,    /* o_proj: attention_bias on the llama family only */
-    BIAS_MLP,  /* gate/up/down: mlp_bias */
-} bias_rule;
-
+/* A name row: one side's spelling of a tensor stem. Layer rows come from the
+ * block description (formats/block.h); these are the model-level ones. */
 typedef struct name_row {
     const char *hf;   /* after "model.layers.N." or the whole name */
     const char *gguf; /* after "blk.N." or the whole name */
     dsq_permute_kind perm;
-    bias_rule bias;
+    bool bias; /* a bias tensor is allowed for this model */
 } name_row;
 
-static const name_row g_layer_rows[] = {
-    {"input_layernorm", "attn_norm", DSQ_PERMUTE_NONE, BIAS_NONE},
-    {"self_attn.q_proj", "attn_q", DSQ_PERMUTE_Q, BIAS_QKV},
-    {"self_attn.k_proj", "attn_k", DSQ_PERMUTE_K, BIAS_QKV},
-    {"self_attn.v_proj", "attn_v", DSQ_PERMUTE_NONE, BIAS_QKV},
-    {"self_attn.o_proj", "attn_output", DSQ_PERMUTE_NONE, BIAS_O},
-    {"post_attention_layernorm", "ffn_norm", DSQ_PERMUTE_NONE, BIAS_NONE},
-    {"mlp.gate_proj", "ffn_gate", DSQ_PERMUTE_NONE, BIAS_MLP},
-    {"mlp.up_proj", "ffn_up", DSQ_PERMUTE_NONE, BIAS_MLP},
-    {"mlp.down_proj", "ffn_down", DSQ_PERMUTE_NONE, BIAS_MLP},
-};
-
 static const name_row g_global_rows[] = {
-    {"model.embed_tokens", "token_embd", DSQ_PERMUTE_NONE, BIAS_NONE},
-    {"model.norm", "output_norm", DSQ_PERMUTE_NONE, BIAS_NONE},
-    {"lm_head", "output", DSQ_PERMUTE_NONE, BIAS_NONE},
+    {"model.embed_tokens", "token_embd", DSQ_PERMUTE_NONE, false},
+    {"model.norm", "output_norm", DSQ_PERMUTE_NONE, false},
+    {"lm_head", "output", DSQ_PERMUTE_NONE, false},
 };
 
-#define N_LAYER_ROWS (sizeof g_layer_rows / sizeof g_layer_rows[0])
 #define N_GLOBAL_ROWS (sizeof g_global_rows / sizeof g_global_rows[0])
 
 typedef enum side { SIDE_HF, SIDE_GGUF } side;
 
 static const char *row_name(const name_row *r, side s) { return s == SIDE_HF ? r->hf : r->gguf; }
 
-static bool bias_allowed(const dsq_arch *a, bias_rule rule)
+static bool stem_is(const char *name, const char *stem, size_t len)
 {
-    switch (rule) {
-    case BIAS_QKV: return a->attention_bias || a->family == DSQ_ARCH_QWEN2;
-    case BIAS_O: return a->attention_bias && a->family == DSQ_ARCH_LLAMA;
-    case BIAS_MLP: return a->mlp_bias;
-    default: return false;
+    return strlen(name) == len && !memcmp(name, stem, len);
+}
+
+/* The block row (a norm or a linear of a's block) spelled stem on side s. */
+static bool find_layer_row(const dsq_arch *a, side s, const char *stem, size_t len, name_row *out)
+{
+    const dsq_block_desc *d = dsq_block_desc_of(a);
+    for (int i = 0; i < d->n_norms; i++) {
+        const dsq_block_norm *n = &d->norms[i];
+        if (!stem_is(s == SIDE_HF ? n->hf : n->gguf, stem, len)) continue;
+        *out = (name_row){n->hf, n->gguf, DSQ_PERMUTE_NONE, false};
+        return true;
     }
+    for (int i = 0; i < d->n_linears; i++) {
+        const dsq_block_linear *l = &d->linears[i];
+        if (!stem_is(s == SIDE_HF ? l->hf : l->gguf, stem, len)) continue;
+        *out = (name_row){l->hf, l->gguf, l->perm, dsq_block_linear_has_bias(l, a)};
+        return true;
+    }
+    return false;
 }
 
 /* A layer index: digits only, no sign, no leading zero, below n_layers. */
@@ -84,17 +82,18 @@ static size_t split_suffix(const char *name, size_t len, bool *is_bias)
     return 0;
 }
 
-static const name_row *find_row(const name_row *rows, size_t n, side s, const char *stem, size_t len)
+static bool find_global_row(side s, const char *stem, size_t len, name_row *out)
 {
-    for (size_t i = 0; i < n; i++) {
-        const char *r = row_name(&rows[i], s);
-        if (strlen(r) == len && !memcmp(r, stem, len)) return &rows[i];
-    }
-    return NULL;
+    for (size_t i = 0; i < N_GLOBAL_ROWS; i++)
+        if (stem_is(row_name(&g_global_rows[i], s), stem, len)) {
+            *out = g_global_rows[i];
+            return true;
+        }
+    return false;
 }
 
 typedef struct parsed {
-    const name_row *row;
+    name_row row;
     int64_t layer; /* -1 for global tensors */
     bool is_bias;
 } parsed;
@@ -113,20 +112,19 @@ static bool parse_name(const dsq_arch *a, side s, const char *name, parsed *p)
         const char *idx = name + plen;
         const char *dot = memchr(idx, '.', stem - plen);
         if (!dot || !parse_layer(idx, (size_t)(dot - idx), a->n_layers, &p->layer)) return false;
-        p->row = find_row(g_layer_rows, N_LAYER_ROWS, s, dot + 1, (size_t)(name + stem - dot - 1));
-    } else {
-        p->row = find_row(g_global_rows, N_GLOBAL_ROWS, s, name, stem);
+        if (!find_layer_row(a, s, dot + 1, (size_t)(name + stem - dot - 1), &p->row)) return false;
+    } else if (!find_global_row(s, name, stem, &p->row)) {
+        return false;
     }
-    if (!p->row) return false;
-    return !p->is_bias || bias_allowed(a, p->row->bias);
+    return !p->is_bias || p->row.bias;
 }
 
 static dsq_status format_name(const parsed *p, side to, char *out, size_t cap)
 {
     const char *suffix = p->is_bias ? "bias" : "weight";
-    int n = p->layer < 0 ? snprintf(out, cap, "%s.%s", row_name(p->row, to), suffix)
+    int n = p->layer < 0 ? snprintf(out, cap, "%s.%s", row_name(&p->row, to), suffix)
                          : snprintf(out, cap, "%s%lld.%s.%s", to == SIDE_HF ? "model.layers." : "blk.",
-                                    (long long)p->layer, row_name(p->row, to), suffix);
+                                    (long long)p->layer, row_name(&p->row, to), suffix);
     if (n < 0 || (size_t)n >= cap) return dsq_fail(DSQ_ERR_ARG, "tensor name buffer of %zu bytes is too small", cap);
     return DSQ_OK;
 }
@@ -140,8 +138,8 @@ static dsq_status map_name(const dsq_arch *a, side from, const char *name, char 
                         from == SIDE_HF ? "GGUF" : "Hugging Face", a->hf_architecture[0] ? a->hf_architecture : "llama",
                         (long long)a->n_layers);
     DSQ_TRY(format_name(&p, from == SIDE_HF ? SIDE_GGUF : SIDE_HF, out, cap));
-    /* Only LlamaModel permutes (undo_permute); Qwen2 keeps HF's NEOX layout. */
-    if (perm) *perm = a->family == DSQ_ARCH_LLAMA ? p.row->perm : DSQ_PERMUTE_NONE;
+    /* the description says which rows llama.cpp's converter permutes (Llama's q/k, never Qwen2's) */
+    if (perm) *perm = p.row.perm;
     return DSQ_OK;
 }
 

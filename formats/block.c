@@ -1,0 +1,74 @@
+/* The architecture table and the helpers every walker of a block description uses. */
+#include "formats/block.h"
+
+#include <string.h>
+
+/* One row per family of dsq_arch (formats/hf_config.h). */
+static const struct {
+    dsq_arch_family family;
+    const dsq_block_desc *desc;
+} g_archs[] = {
+    {DSQ_ARCH_LLAMA, &dsq_block_llama},
+    {DSQ_ARCH_QWEN2, &dsq_block_qwen2},
+};
+
+const dsq_block_desc *dsq_block_desc_of(const dsq_arch *a)
+{
+    for (size_t i = 0; i < sizeof g_archs / sizeof g_archs[0]; i++)
+        if (g_archs[i].family == a->family) return g_archs[i].desc;
+    return &dsq_block_llama; /* unreachable: every family has a row (test_block checks) */
+}
+
+int64_t dsq_block_dim(const dsq_arch *a, dsq_dim d)
+{
+    switch (d) {
+    case DSQ_DIM_MODEL: return a->hidden_size;
+    case DSQ_DIM_Q: return a->n_heads * a->head_dim;
+    case DSQ_DIM_K: return a->n_kv_heads * a->head_dim;
+    case DSQ_DIM_V: return a->n_kv_heads * a->head_dim;
+    case DSQ_DIM_ATT: return a->n_heads * a->head_dim;
+    case DSQ_DIM_FFN: return a->intermediate_size;
+    }
+    return 0;
+}
+
+void dsq_block_linear_shape(const dsq_block_desc *d, const dsq_arch *a, int i, int64_t *out, int64_t *in)
+{
+    *out = dsq_block_dim(a, d->linears[i].out);
+    *in = dsq_block_dim(a, d->linears[i].in);
+}
+
+bool dsq_block_linear_has_bias(const dsq_block_linear *l, const dsq_arch *a)
+{
+    switch (l->bias) {
+    case DSQ_BIAS_NEVER: return false;
+    case DSQ_BIAS_ALWAYS: return true;
+    case DSQ_BIAS_ATTENTION: return a->attention_bias;
+    case DSQ_BIAS_MLP: return a->mlp_bias;
+    }
+    return false;
+}
+
+int dsq_block_group_members(const dsq_block_desc *d, int g, int *ids, int cap)
+{
+    int n = 0;
+    for (int i = 0; i < d->n_linears; i++) {
+        if (d->linears[i].group != g) continue;
+        if (n < cap) ids[n] = i;
+        n++;
+    }
+    return n;
+}
+
+int dsq_block_group_first(const dsq_block_desc *d, int g)
+{
+    int id = -1;
+    return dsq_block_group_members(d, g, &id, 1) > 0 ? id : -1;
+}
+
+int dsq_block_find_linear(const dsq_block_desc *d, const char *role)
+{
+    for (int i = 0; i < d->n_linears; i++)
+        if (!strcmp(d->linears[i].role, role)) return i;
+    return -1;
+}
