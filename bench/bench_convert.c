@@ -22,9 +22,9 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/dtype.h"
 #include "core/fileio.h"
 #include "core/log.h"
@@ -34,13 +34,6 @@
 #include "formats/safetensors.h"
 
 #define MB 1e6
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void die(const char *what)
 {
@@ -59,7 +52,7 @@ typedef struct run_result {
 static run_result run_child(char *const argv[])
 {
     run_result r = {0};
-    double t0 = now_s();
+    double t0 = dsq_now_s();
     pid_t pid = fork();
     if (pid < 0) {
         perror("fork");
@@ -76,7 +69,7 @@ static run_result run_child(char *const argv[])
         perror("wait4");
         exit(1);
     }
-    r.secs = now_s() - t0;
+    r.secs = dsq_now_s() - t0;
     r.rss_mb = (double)ru.ru_maxrss * 1024.0 / MB;
     r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
     return r;

@@ -15,8 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/status.h"
 #include "runtime/forward.h"
 #include "runtime/model.h"
@@ -27,13 +27,6 @@ typedef struct opts {
     const char *model;
     int threads, pp, tg, reps;
 } opts;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void die(const char *what)
 {
@@ -81,17 +74,17 @@ static opts parse(int argc, char **argv)
 
 static double run_pp(dsq_ctx *c, const int32_t *toks, int n, float *logits)
 {
-    double t0 = now_s();
+    double t0 = dsq_now_s();
     if (dsq_forward_range(c, toks, n, 0, n - 1, logits) != DSQ_OK) die("pp");
-    return now_s() - t0;
+    return dsq_now_s() - t0;
 }
 
 static double run_tg(dsq_ctx *c, const int32_t *toks, int n, float *logits)
 {
-    double t0 = now_s();
+    double t0 = dsq_now_s();
     for (int i = 0; i < n; i++)
         if (dsq_forward_range(c, toks + i, 1, i, 0, logits) != DSQ_OK) die("tg");
-    return now_s() - t0;
+    return dsq_now_s() - t0;
 }
 
 static void print_test(const char *name, int n, const double *secs, int reps, int last)

@@ -29,8 +29,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/dtype.h"
 #include "core/status.h"
 #include "quantizers/qtypes.h"
@@ -53,13 +53,6 @@ typedef struct opts {
     int64_t rows, cols;
     int gemm; /* 0: none, 1: also, 2: only */
 } opts;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void die(const char *what)
 {
@@ -137,16 +130,16 @@ static bw measure_memory(uint8_t *src, uint8_t *dst, size_t n, int threads, int 
     bw b = {0, 0};
     size_t per = (n / (size_t)threads) & ~(size_t)63;
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = dsq_now_s();
 #pragma omp parallel num_threads(threads)
         {
             size_t off = per * (size_t)omp_get_thread_num();
             memcpy(dst + off, src + off, per);
         }
-        double t = now_s() - t0;
+        double t = dsq_now_s() - t0;
         if ((double)per * threads / t > b.copy) b.copy = (double)per * threads / t;
         uint64_t total = 0;
-        t0 = now_s();
+        t0 = dsq_now_s();
 #pragma omp parallel num_threads(threads) reduction(+ : total)
         {
             const uint64_t *p = (const uint64_t *)(src + per * (size_t)omp_get_thread_num());
@@ -154,7 +147,7 @@ static bw measure_memory(uint8_t *src, uint8_t *dst, size_t n, int threads, int 
             for (size_t i = 0; i + 4 <= per / 8; i += 4) s0 += p[i], s1 += p[i + 1], s2 += p[i + 2], s3 += p[i + 3];
             total += s0 + s1 + s2 + s3;
         }
-        t = now_s() - t0;
+        t = dsq_now_s() - t0;
         g_sink += total;
         if ((double)per * threads / t > b.read) b.read = (double)per * threads / t;
     }
@@ -218,10 +211,10 @@ static double measure_gemv(const mats *m, const float *x, float *y, int threads,
     dsq_cpu_set_threads(threads);
     double best = 0;
     for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
-        double t0 = now_s();
+        double t0 = dsq_now_s();
         for (int i = 0; i < m->n; i++)
             if (dsq_linear_forward_gemv(&m->W[i], x, y, 1) != DSQ_OK) die("gemv");
-        double rate = (double)m->bytes * m->n / (now_s() - t0);
+        double rate = (double)m->bytes * m->n / (dsq_now_s() - t0);
         if (r >= 0 && rate > best) best = rate;
     }
     return best;
@@ -266,9 +259,9 @@ static void run_gemm(const opts *o)
         for (int64_t i = 0; i < s->n * s->k; i++) B[i] = randn();
         double best = 1e30;
         for (int r = -1; r < o->reps; r++) {
-            double t0 = now_s();
+            double t0 = dsq_now_s();
             dsq_gemm_f32(DSQ_GEMM_BT, s->m, s->n, s->k, A, s->k, B, s->k, C, s->n, false, scratch);
-            double t = now_s() - t0;
+            double t = dsq_now_s() - t0;
             if (r >= 0 && t < best) best = t;
         }
         printf("| %lld x %lld x %lld | %.1f |", (long long)s->m, (long long)s->n, (long long)s->k, gflops(s, best));
@@ -278,11 +271,11 @@ static void run_gemm(const opts *o)
             dsq_cpu_set_threads(o->threads[t]);
             double b32 = 1e30, b16 = 1e30;
             for (int r = -1; r < o->reps; r++) {
-                double t0 = now_s();
+                double t0 = dsq_now_s();
                 if (dsq_linear_forward_gemm(&W, A, C, (int)s->m) != DSQ_OK) die("gemm");
-                double t1 = now_s();
+                double t1 = dsq_now_s();
                 if (dsq_linear_forward_bf16(&W, A, C, (int)s->m) != DSQ_OK) die("gemm bf16");
-                double t2 = now_s();
+                double t2 = dsq_now_s();
                 if (r >= 0 && t1 - t0 < b32) b32 = t1 - t0;
                 if (r >= 0 && t2 - t1 < b16) b16 = t2 - t1;
             }

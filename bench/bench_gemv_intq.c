@@ -16,8 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/dtype.h"
 #include "quantizers/intq.h"
 #include "kernels/cpu.h"
@@ -28,12 +28,7 @@
 static int g_reps = 5;
 static double g_min_ms = 300;
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
+static double now_ms(void) { return dsq_now_s() * 1e3; }
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void)

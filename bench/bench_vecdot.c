@@ -28,8 +28,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/dtype.h"
 #include "quantizers/kquants_ref.h"
 #include "quantizers/qtypes.h"
@@ -57,13 +57,6 @@ typedef struct options {
     double small_kb, large_mb, min_ms;
     int reps;
 } options;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void *xalloc(size_t n)
 {
@@ -113,11 +106,11 @@ static void dot_pass(const matrix *m, dsq_vec_dot_fn dot)
 static double time_dot(const matrix *m, dsq_vec_dot_fn dot, const options *o)
 {
     int passes = 0;
-    double t0 = now_s(), t;
+    double t0 = dsq_now_s(), t;
     do {
         dot_pass(m, dot);
         passes++;
-        t = now_s() - t0;
+        t = dsq_now_s() - t0;
     } while (t * 1e3 < o->min_ms);
     return t / passes;
 }
@@ -126,11 +119,11 @@ static double time_dot(const matrix *m, dsq_vec_dot_fn dot, const options *o)
 static double time_memcpy(uint8_t *a, uint8_t *b, size_t n, const options *o)
 {
     int passes = 0;
-    double t0 = now_s(), t;
+    double t0 = dsq_now_s(), t;
     do {
         memcpy(passes & 1 ? a : b, passes & 1 ? b : a, n);
         passes++;
-        t = now_s() - t0;
+        t = dsq_now_s() - t0;
     } while (t * 1e3 < o->min_ms);
     return t / passes;
 }

@@ -19,6 +19,7 @@ static const char *const g_names[DSQ_STATUS_COUNT] = {
     [DSQ_ERR_NUMERIC] = "numeric error",
     [DSQ_ERR_EXISTS] = "already exists",
     [DSQ_ERR_INTERNAL] = "internal error",
+    [DSQ_STOP] = "stopped",
 };
 
 const char *dsq_status_name(dsq_status s)

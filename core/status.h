@@ -8,6 +8,8 @@
 #ifndef DSQ_CORE_STATUS_H
 #define DSQ_CORE_STATUS_H
 
+#include <stdbool.h>
+
 typedef enum dsq_status {
     DSQ_OK = 0,
     DSQ_ERR_IO,          /* open/read/write/fsync/rename failed (errno text included) */
@@ -19,6 +21,12 @@ typedef enum dsq_status {
     DSQ_ERR_NUMERIC,     /* NaN/Inf or another numeric failure in data */
     DSQ_ERR_EXISTS,      /* the output exists and may not be replaced */
     DSQ_ERR_INTERNAL,    /* a bug: an invariant did not hold */
+    /* Not an error: a hook (forward-pass, token or chunk callback) returns it to
+     * end a pass early. It records no message; the loop that calls the hook
+     * stops and returns it unchanged (DSQ_TRY passes it through like any other
+     * code), and the caller that installed the hook, having asked for the stop,
+     * treats it as success. It is last so the error codes keep their values. */
+    DSQ_STOP,
     DSQ_STATUS_COUNT
 } dsq_status;
 
@@ -40,11 +48,24 @@ dsq_status dsq_fail_context(dsq_status code, const char *fmt, ...) __attribute__
 const char *dsq_errmsg(void);
 void dsq_clear_error(void);
 
-/* Propagate a failure without adding context. */
+/* True for the codes that are failures: everything but DSQ_OK and DSQ_STOP. */
+static inline bool dsq_is_error(dsq_status s) { return s != DSQ_OK && s != DSQ_STOP; }
+
+/* Propagate a failure (or a DSQ_STOP) without adding context. */
 #define DSQ_TRY(expr)                                                                              \
     do {                                                                                           \
         dsq_status dsq_try_s_ = (expr);                                                            \
         if (dsq_try_s_ != DSQ_OK) return dsq_try_s_;                                               \
+    } while (0)
+
+/* Propagate a failure, prefixing its message with printf-style context
+ * (dsq_fail_context), e.g. DSQ_TRY_CTX(load(t), "tensor %s", name).
+ * DSQ_STOP passes through untouched: it carries no message to prefix. */
+#define DSQ_TRY_CTX(expr, ...)                                                                     \
+    do {                                                                                           \
+        dsq_status dsq_try_s_ = (expr);                                                            \
+        if (dsq_try_s_ == DSQ_STOP) return dsq_try_s_;                                             \
+        if (dsq_try_s_ != DSQ_OK) return dsq_fail_context(dsq_try_s_, __VA_ARGS__);                \
     } while (0)
 
 #endif

@@ -5,9 +5,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <zlib.h>
 
+#include "core/clock.h"
 #include "core/fileio.h"
 #include "core/log.h"
 
@@ -33,13 +33,6 @@ typedef struct transfer {
     double t0, t_last;
 } transfer;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static size_t on_data(char *p, size_t size, size_t nmemb, void *user)
 {
     transfer *x = user;
@@ -61,7 +54,7 @@ static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_of
 {
     (void)ultotal, (void)ulnow;
     transfer *x = user;
-    double t = now_s();
+    double t = dsq_now_s();
     if (t - x->t_last < 1.0) return 0;
     x->t_last = t;
     double mb = (double)dlnow / 1e6, rate = mb / (t - x->t0);
@@ -134,7 +127,7 @@ dsq_status dsq_download_file(const char *url, const char *dest_path, uint64_t ma
         return dsq_fail(DSQ_ERR_NOMEM, "download %s: curl_easy_init failed", url);
     }
     char errbuf[CURL_ERROR_SIZE] = "";
-    x.t0 = x.t_last = now_s();
+    x.t0 = x.t_last = dsq_now_s();
     CURLcode rc = configure(c, &x, errbuf);
     if (rc != CURLE_OK) {
         dsq_outfile_abort(x.out);
@@ -149,7 +142,7 @@ dsq_status dsq_download_file(const char *url, const char *dest_path, uint64_t ma
         return s;
     }
     DSQ_TRY(dsq_outfile_commit(x.out));
-    DSQ_LOGD("downloaded %s: %llu bytes in %.1f s", url, (unsigned long long)x.got, now_s() - x.t0);
+    DSQ_LOGD("downloaded %s: %llu bytes in %.1f s", url, (unsigned long long)x.got, dsq_now_s() - x.t0);
     return DSQ_OK;
 }
 

@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "kernels/cpu.h"
 
 typedef struct entry {
@@ -149,13 +149,6 @@ dsq_status dsq_imatrix_tokenize(const dsq_tokenizer *tok, const char *text, size
     return dsq_tokenizer_encode(tok, text, len, true, false, out);
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* perplexity.cpp's log_softmax NLL: float max, double sum of expf. */
 static double nll(const float *lg, int64_t v, int32_t tok)
 {
@@ -216,7 +209,7 @@ static dsq_status check_run(const dsq_ctx *c, int64_t n_tokens, const dsq_imatri
 static void report(const dsq_imatrix_opts *o, int done, int n, const ppl_acc *a, double t0)
 {
     if (!o->progress) return;
-    double el = now_s() - t0;
+    double el = dsq_now_s() - t0;
     dsq_imatrix_progress p = {done, n, a->count ? exp(a->nll / (double)a->count) : 0,
                               el > 0 ? (double)done * o->ctx / el : 0, el / done * (n - done)};
     o->progress(o->user, &p);
@@ -238,7 +231,7 @@ dsq_status dsq_imatrix_run(dsq_ctx *c, dsq_imatrix_collector *col, const int32_t
     }
     dsq_ctx_set_hooks(c, dsq_imatrix_collect_hook, NULL, col);
     ppl_acc a = {0, 0, 0};
-    double t0 = now_s();
+    double t0 = dsq_now_s();
     dsq_status s = DSQ_OK;
     for (int i = 0; i < n_chunks && s == DSQ_OK; i++) {
         const int32_t *orig = tokens + (size_t)i * (size_t)ctx;
@@ -253,7 +246,7 @@ dsq_status dsq_imatrix_run(dsq_ctx *c, dsq_imatrix_collector *col, const int32_t
     DSQ_TRY(s);
     r->n_chunks = n_chunks;
     r->n_tokens = (int64_t)n_chunks * ctx;
-    r->seconds = now_s() - t0;
+    r->seconds = dsq_now_s() - t0;
     if (a.count) {
         double m = a.nll / (double)a.count, v = a.nll2 / (double)a.count - m * m;
         r->ppl = exp(m);

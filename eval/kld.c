@@ -3,8 +3,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "eval/kld_file.h"
 #include "kernels/cpu.h"
 
@@ -246,13 +246,6 @@ dsq_status dsq_kld_tokenize(const dsq_tokenizer *tok, const char *text, size_t l
     return dsq_tokenizer_encode(tok, text, len, true, false, out);
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* Everything one run needs. */
 typedef struct run {
     dsq_ctx *base, *quant;
@@ -303,7 +296,7 @@ static void report(const run *R, int done, double t0)
     if (!R->o->progress) return;
     dsq_kld_result part;
     bool have = R->quant && dsq_kld_acc_result(R->acc, false, &part) == DSQ_OK;
-    double el = now_s() - t0;
+    double el = dsq_now_s() - t0;
     int models = (R->base ? 1 : 0) + (R->quant ? 1 : 0);
     dsq_kld_progress p = {done, R->n_chunks, have ? &part : NULL,
                           el > 0 ? (double)done * R->ctx * models / el : 0, el / done * (R->n_chunks - done)};
@@ -312,7 +305,7 @@ static void report(const run *R, int done, double t0)
 
 static dsq_status run_chunks(run *R, dsq_kld_result *r)
 {
-    double t0 = now_s();
+    double t0 = dsq_now_s();
     for (int i = 0; i < R->n_chunks; i++) {
         const int32_t *src = R->tokens + (size_t)i * (size_t)R->ctx;
         memcpy(R->chunk, src, (size_t)R->ctx * sizeof *R->chunk);
@@ -329,7 +322,7 @@ static dsq_status run_chunks(run *R, dsq_kld_result *r)
     else memset(r, 0, sizeof *r);
     r->n_chunks = R->n_chunks;
     r->ctx = R->ctx;
-    r->seconds = now_s() - t0;
+    r->seconds = dsq_now_s() - t0;
     return DSQ_OK;
 }
 

@@ -3,8 +3,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "kernels/cpu.h"
 
 const char *dsq_ppl_protocol_name(dsq_ppl_protocol p) { return p == DSQ_PPL_HF ? "hf" : "llamacpp"; }
@@ -27,13 +27,6 @@ void dsq_ppl_opts_default(dsq_ppl_opts *o)
     o->protocol = DSQ_PPL_LLAMACPP;
     o->ctx = 512;
     o->bos = -1;
-}
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 /* perplexity.cpp's log_softmax: -(logit[tok] - max - log(sum expf(l - max))). */
@@ -115,7 +108,7 @@ static dsq_status check_opts(const dsq_ctx *c, const dsq_ppl_opts *o, int64_t n_
 static void report(const dsq_ppl_opts *o, int done, int n_chunks, const acc *a, double t0)
 {
     if (!o->progress) return;
-    double el = now_s() - t0;
+    double el = dsq_now_s() - t0;
     dsq_ppl_progress p = {done, n_chunks, a->count, exp(a->nll / (double)a->count),
                           el > 0 ? (double)done * o->ctx / el : 0, el / done * (n_chunks - done)};
     o->progress(o->user, &p);
@@ -140,7 +133,7 @@ dsq_status dsq_ppl_tokens(dsq_ctx *c, const int32_t *tokens, int64_t n_tokens, c
         return dsq_fail(DSQ_ERR_NOMEM, "perplexity: out of memory for %d rows of logits", rows);
     }
     acc a = {0, 0, 0};
-    double t0 = now_s();
+    double t0 = dsq_now_s();
     dsq_status s = DSQ_OK;
     for (int i = 0; i < n_chunks && s == DSQ_OK; i++) {
         memcpy(chunk, tokens + (int64_t)i * ctx, (size_t)ctx * sizeof(int32_t));
@@ -155,7 +148,7 @@ dsq_status dsq_ppl_tokens(dsq_ctx *c, const int32_t *tokens, int64_t n_tokens, c
     finish(&a, r);
     r->n_tokens = n_tokens;
     r->n_chunks = n_chunks;
-    r->seconds = now_s() - t0;
+    r->seconds = dsq_now_s() - t0;
     r->tokens_per_s = r->seconds > 0 ? (double)n_chunks * ctx / r->seconds : 0;
     return DSQ_OK;
 }

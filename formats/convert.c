@@ -12,9 +12,9 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/dtype.h"
 #include "core/fileio.h"
 #include "core/log.h"
@@ -69,13 +69,6 @@ static bool ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), m = strlen(suffix);
     return n >= m && !memcmp(s + n - m, suffix, m);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ---------------------------------------------------------------- plan */
@@ -323,19 +316,19 @@ typedef dsq_status (*view_fn)(const void *src, uint64_t i, dsq_tensor *out);
 /* Streams every planned tensor in order through s. */
 static dsq_status stream_all(streamer *s, const plan *p, const void *src, view_fn view)
 {
-    double t0 = now_s();
+    double t0 = dsq_now_s();
     for (size_t i = 0; i < p->n; i++) {
         const plan_item *it = &p->items[i];
         dsq_tensor t = {.name = it->name, .type = DSQ_TYPE_F32};
         if (!it->generated) DSQ_TRY(view(src, it->src, &t));
-        double t1 = now_s();
+        double t1 = dsq_now_s();
         DSQ_TRY(stream_one(s, &t, it));
         uint64_t in_bytes = it->generated ? it->nbytes : t.nbytes;
         s->bytes_in += in_bytes;
         s->bytes_out += it->nbytes;
-        log_progress(i + 1, p->n, it, t.type, in_bytes, now_s() - t1);
+        log_progress(i + 1, p->n, it, t.type, in_bytes, dsq_now_s() - t1);
     }
-    double secs = now_s() - t0;
+    double secs = dsq_now_s() - t0;
     DSQ_LOGI("converted %zu tensors, %.1f MB in, %.1f MB out, %.2f s (%.0f MB/s)", p->n, (double)s->bytes_in / 1e6,
              (double)s->bytes_out / 1e6, secs, secs > 0 ? (double)s->bytes_in / secs / 1e6 : 0.0);
     return DSQ_OK;

@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/fileio.h"
 #include "core/log.h"
 #include "core/tensor.h"
@@ -50,13 +50,6 @@ void dsq_gguf_quantize_report_free(dsq_gguf_quantize_report *r)
     for (size_t i = 0; i < r->n_tensors; i++) free(r->tensors[i].name);
     free(r->tensors);
     free(r);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ---------------------------------------------------------------- the input */
@@ -698,7 +691,7 @@ static dsq_status check_output_path(const char *in, const char *out, bool overwr
 
 static dsq_status run(qrun *r, const char *in)
 {
-    double t0 = now_s();
+    double t0 = dsq_now_s();
     DSQ_TRY(check_options(r->opt));
     DSQ_TRY(src_open(&r->src, in));
     DSQ_TRY(check_output_path(in, r->out, r->opt->overwrite));
@@ -711,7 +704,7 @@ static dsq_status run(qrun *r, const char *in)
     dsq_status st = write_output(r, &w);
     dsq_gguf_writer_free(w); /* after a failure this removes the temporary */
     DSQ_TRY(st);
-    r->rep->seconds = now_s() - t0;
+    r->rep->seconds = dsq_now_s() - t0;
     log_totals(r->rep);
     return DSQ_OK;
 }

@@ -3,7 +3,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "core/clock.h"
 
 typedef struct cand {
     float logit;
@@ -133,13 +134,6 @@ int32_t dsq_sampler_sample(dsq_sampler *s, const float *logits)
 
 /* ---- decoding ---- */
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static bool is_stop(const dsq_gen_opts *o, int32_t t)
 {
     for (size_t i = 0; i < o->n_stop; i++)
@@ -206,9 +200,9 @@ dsq_status dsq_generate(dsq_ctx *c, dsq_sampler *s, const int32_t *prompt, int n
                                                                   : dsq_fail(DSQ_ERR_NOMEM, "generate: out of memory");
     if (r == DSQ_OK) memcpy(seq, prompt, (size_t)n_prompt * sizeof *seq);
     st->n_prompt = n_prompt;
-    double t0 = now_s();
+    double t0 = dsq_now_s();
     if (r == DSQ_OK) r = step(c, seq, n_prompt, 0, o->f32_activations, win, logits);
-    double t1 = now_s();
+    double t1 = dsq_now_s();
     st->prompt_s = t1 - t0;
     /* seq[0..n) is known; the cache holds all but seq[n-1] after each step. */
     for (int n = n_prompt; r == DSQ_OK && (o->n_predict < 0 || st->n_gen < o->n_predict); n++) {
@@ -225,7 +219,7 @@ dsq_status dsq_generate(dsq_ctx *c, dsq_sampler *s, const int32_t *prompt, int n
         if (!more) break;
         if (r == DSQ_OK) r = step(c, seq, n + 1, n, o->f32_activations, win, logits);
     }
-    st->gen_s = now_s() - t1;
+    st->gen_s = dsq_now_s() - t1;
     free(logits);
     free(win);
     free(seq);

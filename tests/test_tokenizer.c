@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/fileio.h"
 #include "formats/gguf.h"
 #include "formats/hf_tokenizer.h"
@@ -155,20 +155,13 @@ static size_t run_vectors(const dsq_tokenizer *t, const char *name, size_t *tota
     return pass;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* decode(encode(text)) must give text back byte for byte. */
 static void check_round_trip(const dsq_tokenizer *t, const char *name, const char *text, size_t len)
 {
     dsq_tokens v = {0};
-    double t0 = now_s();
+    double t0 = dsq_now_s();
     encode(t, text, len, false, false, &v);
-    double t1 = now_s();
+    double t1 = dsq_now_s();
     size_t dlen = 0;
     char *back = decode(t, &v, 0, &dlen);
     fprintf(stderr, "%s: %zu bytes -> %zu tokens in %.3f s, round trip %s\n", name, len, v.n, t1 - t0,
