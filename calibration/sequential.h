@@ -1,17 +1,19 @@
-/* The layer-by-layer quantization driver (RTN, AWQ, GPTQ) over a dsq_model.
+/* The layer-by-layer quantization driver over a dsq_model, for any method
+ * of the table in calibration/method.h.
  *
  * The hidden states of every calibration sample (n_samples x seqlen x dim,
  * F32) are carried from one decoder layer to the next; only the current
- * layer's seven linears are held as F32 copies (the model's own storage stays
- * in its mmap). Per layer:
+ * layer's norms and linears are held as F32 copies (the model's own storage
+ * stays in its mmap). Per layer the method's function runs on the block
+ * description's groups (formats/block.h; for a Llama block):
  *   RTN   quantize each linear (AWQ rule: min/max per group).
- *   GPTQ  true-sequential subsets {q,k,v} -> {o} -> {gate,up} -> {down}
+ *   GPTQ  true-sequential groups {q,k,v} -> {o} -> {gate,up} -> {down}
  *         (IST-DASLab/gptq llama.py): the samples run through the layer with
- *         the earlier subsets already quantized, the subset's Hessian is
+ *         the earlier groups already quantized, the group's Hessian is
  *         collected from the hook and GPTQ quantizes it; at the end the layer
  *         runs once more with all quantized weights to give the next inputs.
  *   AWQ   AutoAWQ's order: the float layer runs once capturing every
- *         linear's input (its output is the next layer's input: AutoAWQ
+ *         group's input (its output is the next layer's input: AutoAWQ
  *         propagates float outputs); the scales of every group are searched
  *         on the unmodified layer, then all are folded in, then the clip
  *         search, then quantization.
@@ -27,32 +29,22 @@
 #include <stdint.h>
 
 #include "calibration/dataset.h"
+#include "calibration/method.h"
+#include "formats/int_writer.h"
 #include "core/status.h"
 #include "quantizers/awq.h"
 #include "quantizers/intq.h"
 #include "runtime/model.h"
 
-typedef enum dsq_qmethod {
-    DSQ_QMETHOD_RTN = 0,
-    DSQ_QMETHOD_AWQ,
-    DSQ_QMETHOD_GPTQ,
-} dsq_qmethod;
-
-const char *dsq_qmethod_name(dsq_qmethod m);
-
-/* What one finished layer leaves to write, all in the model's row order. */
-typedef struct dsq_seq_layer_out {
-    int layer;
-    const float *attn_norm, *ffn_norm;   /* [dim]; AWQ folds scales into them */
-    const dsq_intq *q[DSQ_LIN_COUNT];    /* NULL: left unquantized (skip_indivisible) */
-    const float *w[DSQ_LIN_COUNT];       /* F32 [out x in] as it now stands (quantized ones dequantized) */
-    const float *bias[DSQ_LIN_COUNT];    /* F32 [out] or NULL */
-} dsq_seq_layer_out;
+/* What one finished layer leaves to write, all in the model's row order and
+ * indexed as the block description (formats/block.h): the INT writer's
+ * layer (formats/int_writer.h). AWQ has folded its scales into the norms. */
+typedef dsq_int_layer dsq_seq_layer_out;
 
 typedef dsq_status (*dsq_seq_emit_fn)(void *user, const dsq_seq_layer_out *l);
 
 typedef struct dsq_seq_opts {
-    dsq_qmethod method;
+    const dsq_method *method;
     dsq_intq_params q;     /* bits, group size, sym; the rule is the method's */
     bool skip_indivisible; /* linears whose input width the group does not divide stay unquantized */
     /* GPTQ */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "calibration/dataset.h"
+#include "calibration/int_export.h"
 #include "calibration/sequential.h"
 #include "cli/commands.h"
 #include "core/dtype.h"
@@ -64,10 +65,8 @@ static const char g_usage[] =
     "  --json                 one JSON object on stdout\n"
     "  -h, --help             this text\n";
 
-typedef enum out_format { FMT_AWQ = 0, FMT_GPTQ, FMT_CT } out_format;
-
 typedef struct qargs {
-    dsq_qmethod method;
+    const dsq_method *method;
     const char *model, *out, *calib;
     int bits, group, n_samples, seqlen, threads, eval_ctx, eval_chunks, loss_samples;
     int sym; /* -1: the format's default */
@@ -80,11 +79,8 @@ typedef struct qargs {
 
 static int parse_format(const char *s)
 {
-    if (!s) return -1;
-    if (!strcmp(s, "awq")) return FMT_AWQ;
-    if (!strcmp(s, "gptq")) return FMT_GPTQ;
-    if (!strcmp(s, "compressed-tensors") || !strcmp(s, "ct")) return FMT_CT;
-    return -1;
+    if (s && !strcmp(s, "ct")) return DSQ_INT_FORMAT_CT;
+    return dsq_int_format_parse(s);
 }
 
 static int parse_value_opt(int argc, char **argv, int *i, qargs *a)
@@ -161,7 +157,10 @@ static int parse_opt(int argc, char **argv, int *i, void *user)
 
 static int parse(int argc, char **argv, qargs *a)
 {
-    a->method = !strcmp(argv[0], "awq") ? DSQ_QMETHOD_AWQ : !strcmp(argv[0], "gptq") ? DSQ_QMETHOD_GPTQ : DSQ_QMETHOD_RTN;
+    if (!(a->method = dsq_method_find(argv[0]))) {
+        fprintf(stderr, "dsquant: error: %s is not a quantization method\n", argv[0]);
+        return 2;
+    }
     a->bits = 4, a->group = 128, a->n_samples = 128, a->sym = -1, a->damp = 0.01, a->fmt = -1, a->compute = -1;
     a->eval_ctx = 512, a->eval_chunks = 40;
     int n_pos, rc = dsq_cli_walk(argc, argv, argv[0], g_usage, parse_opt, a, &a->model, 1, &n_pos);
@@ -171,9 +170,9 @@ static int parse(int argc, char **argv, qargs *a)
                 argv[0]);
         return 2;
     }
-    if (a->fmt < 0) a->fmt = a->method == DSQ_QMETHOD_AWQ ? FMT_AWQ : FMT_GPTQ;
-    if (a->sym < 0) a->sym = a->fmt == FMT_AWQ ? 0 : 1;
-    if (!a->seqlen) a->seqlen = a->method == DSQ_QMETHOD_GPTQ ? 2048 : 512;
+    if (a->fmt < 0) a->fmt = (int)a->method->default_format;
+    if (a->sym < 0) a->sym = a->fmt == DSQ_INT_FORMAT_AWQ ? 0 : 1;
+    if (!a->seqlen) a->seqlen = a->method->default_seqlen ? a->method->default_seqlen : 512;
     return 0;
 }
 
@@ -185,353 +184,25 @@ static dsq_status check_args(const qargs *a)
     if (a->group != -1 && a->group != 32 && a->group != 64 && a->group != 128)
         return dsq_fail(DSQ_ERR_ARG, "--group %d: supported group sizes are 32, 64, 128 and -1 (per channel)",
                         a->group);
-    if (a->fmt == FMT_AWQ && a->bits != 4)
+    if (a->fmt == DSQ_INT_FORMAT_AWQ && a->bits != 4)
         return dsq_fail(DSQ_ERR_ARG, "--format awq stores 4-bit weights only (got --w-bit %d); use gptq or "
                                      "compressed-tensors",
                         a->bits);
-    if (a->fmt == FMT_AWQ && a->act_order && !a->static_groups)
+    if (a->fmt == DSQ_INT_FORMAT_AWQ && a->act_order && !a->static_groups)
         return dsq_fail(DSQ_ERR_ARG, "--format awq has no g_idx: --act-order needs --static-groups there");
     /* compressed-tensors >= 0.10 refuses actorder "group" (g_idx) when loading */
-    if (a->fmt == FMT_CT && a->act_order && !a->static_groups)
+    if (a->fmt == DSQ_INT_FORMAT_CT && a->act_order && !a->static_groups)
         return dsq_fail(DSQ_ERR_ARG, "--format compressed-tensors: current compressed-tensors removed act-order "
                                      "with g_idx (actorder \"group\"); add --static-groups (actorder \"weight\") "
                                      "or use --format gptq");
-    if (a->method == DSQ_QMETHOD_AWQ && a->group == -1)
+    if (a->method == &dsq_method_awq && a->group == -1)
         return dsq_fail(DSQ_ERR_ARG, "awq needs a group size (AutoAWQ has no per-channel search)");
-    if ((a->act_order || a->static_groups) && a->method != DSQ_QMETHOD_GPTQ)
+    if ((a->act_order || a->static_groups) && a->method != &dsq_method_gptq)
         return dsq_fail(DSQ_ERR_ARG, "--act-order and --static-groups are GPTQ options");
-    if (a->loss_samples > 0 && a->method != DSQ_QMETHOD_AWQ)
+    if (a->loss_samples > 0 && a->method != &dsq_method_awq)
         return dsq_fail(DSQ_ERR_ARG, "--loss-samples is an AWQ option");
     if (a->loss_samples > a->n_samples)
         return dsq_fail(DSQ_ERR_ARG, "--loss-samples %d exceeds --n-samples %d", a->loss_samples, a->n_samples);
-    return DSQ_OK;
-}
-
-/* ---- the output writer ---- */
-
-typedef struct writer {
-    const qargs *a;
-    dsq_model *m;
-    dsq_st_writer *st;
-    bool permute_qk; /* GGUF "llama" rows are in llama.cpp's interleaved order */
-    char **skipped;  /* module names left unquantized */
-    size_t n_skipped;
-    int64_t n_wrapped;
-    uint16_t *buf16;
-    size_t cap16;
-} writer;
-
-static const char *module_path(dsq_linear_id id)
-{
-    static const char *const p[DSQ_LIN_COUNT] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                                                 "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
-                                                 "mlp.down_proj"};
-    return p[id];
-}
-
-static dsq_status pack_one(const writer *w, const dsq_intq *q, dsq_packed *out, int64_t *wrapped)
-{
-    memset(out, 0, sizeof *out);
-    if (w->a->fmt == FMT_AWQ) return dsq_awq_pack(q, out);
-    if (w->a->fmt == FMT_CT) return dsq_ct_pack(q, DSQ_TYPE_F16, out);
-    return dsq_gptq_pack(q, DSQ_GPTQ_FORMAT_V1, DSQ_TYPE_F16, out, wrapped);
-}
-
-/* The tensors a quantized [out x in] linear packs to, from an all-zero intq of that shape. */
-static dsq_status plan_packed(writer *w, const char *module, int64_t out, int64_t in)
-{
-    dsq_intq_params p = {w->a->bits, w->a->group, w->a->sym != 0, DSQ_INTQ_RULE_GPTQ, 0};
-    dsq_intq q;
-    DSQ_TRY(dsq_intq_alloc(&p, out, in, &q));
-    dsq_status s = DSQ_OK;
-    for (int64_t i = 0; i < q.rows * q.n_groups; i++) q.scales[i] = 1.0f, q.zeros[i] = p.sym ? (uint8_t)(1 << (p.bits - 1)) : 0;
-    if (w->a->act_order && !w->a->static_groups) { /* GPTQ then emits a g_idx */
-        if (!(q.g_idx = malloc((size_t)in * sizeof *q.g_idx))) s = dsq_fail(DSQ_ERR_NOMEM, "out of memory");
-        for (int64_t c = 0; s == DSQ_OK && c < in; c++) q.g_idx[c] = (int32_t)((in - 1 - c) / q.group_size);
-    }
-    dsq_packed pk;
-    int64_t wr = 0;
-    if (s == DSQ_OK && (s = pack_one(w, &q, &pk, &wr)) == DSQ_OK) {
-        for (int i = 0; s == DSQ_OK && i < pk.n; i++) {
-            char name[256];
-            snprintf(name, sizeof name, "%s.%s", module, pk.t[i].suffix);
-            s = dsq_st_writer_add(w->st, name, pk.t[i].type, pk.t[i].n_dims, pk.t[i].shape);
-        }
-        dsq_packed_free(&pk);
-    }
-    dsq_intq_free(&q);
-    return s;
-}
-
-static dsq_status add_f16(writer *w, const char *name, int n_dims, int64_t d0, int64_t d1)
-{
-    int64_t shape[2] = {d0, d1};
-    return dsq_st_writer_add(w->st, name, DSQ_TYPE_F16, n_dims, shape);
-}
-
-static dsq_status plan_tensors(writer *w, const bool *quantized /* [layers x 7] */)
-{
-    dsq_model *m = w->m;
-    char name[256];
-    DSQ_TRY(add_f16(w, "model.embed_tokens.weight", 2, m->vocab, m->dim));
-    for (int64_t l = 0; l < m->arch.n_layers; l++) {
-        snprintf(name, sizeof name, "model.layers.%lld.input_layernorm.weight", (long long)l);
-        DSQ_TRY(add_f16(w, name, 1, m->dim, 0));
-        snprintf(name, sizeof name, "model.layers.%lld.post_attention_layernorm.weight", (long long)l);
-        DSQ_TRY(add_f16(w, name, 1, m->dim, 0));
-        for (int id = 0; id < DSQ_LIN_COUNT; id++) {
-            const dsq_linear *L = &m->layers[l].lin[id];
-            char mod[160];
-            snprintf(mod, sizeof mod, "model.layers.%lld.%s", (long long)l, module_path(id));
-            if (quantized[l * DSQ_LIN_COUNT + id]) DSQ_TRY(plan_packed(w, mod, L->out, L->in));
-            else {
-                snprintf(name, sizeof name, "%s.weight", mod);
-                DSQ_TRY(add_f16(w, name, 2, L->out, L->in));
-            }
-            if (L->bias) {
-                snprintf(name, sizeof name, "%s.bias", mod);
-                DSQ_TRY(add_f16(w, name, 1, L->out, 0));
-            }
-        }
-    }
-    DSQ_TRY(add_f16(w, "model.norm.weight", 1, m->dim, 0));
-    if (!m->tied) DSQ_TRY(add_f16(w, "lm_head.weight", 2, m->vocab, m->dim));
-    return DSQ_OK;
-}
-
-static dsq_status write_f16(writer *w, const float *x, size_t n)
-{
-    if (n > w->cap16) {
-        uint16_t *b = realloc(w->buf16, n * sizeof *b);
-        if (!b) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
-        w->buf16 = b;
-        w->cap16 = n;
-    }
-    for (size_t i = 0; i < n; i++) w->buf16[i] = dsq_f32_to_f16(x[i]);
-    return dsq_st_writer_write(w->st, w->buf16, n * sizeof *w->buf16);
-}
-
-/* A linear's F32 rows streamed as F16, in chunks. */
-static dsq_status write_linear_f16(writer *w, const dsq_linear *L)
-{
-    int64_t chunk = 256;
-    float *rows = malloc((size_t)(chunk * L->in) * sizeof *rows);
-    if (!rows) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
-    dsq_status s = DSQ_OK;
-    for (int64_t r = 0; r < L->out && s == DSQ_OK; r += chunk) {
-        int64_t nr = L->out - r < chunk ? L->out - r : chunk;
-        s = dsq_linear_rows_f32(L, r, nr, rows);
-        if (s == DSQ_OK) s = write_f16(w, rows, (size_t)(nr * L->in));
-    }
-    free(rows);
-    return s;
-}
-
-static dsq_permute_kind perm_of(const writer *w, int id)
-{
-    if (!w->permute_qk) return DSQ_PERMUTE_NONE;
-    return id == DSQ_LIN_Q ? DSQ_PERMUTE_Q : id == DSQ_LIN_K ? DSQ_PERMUTE_K : DSQ_PERMUTE_NONE;
-}
-
-/* llama.cpp's converter permuted q/k rows; the HF file wants them back. Row
- * permutation commutes with group quantization (groups run along a row). */
-static dsq_status unpermute_intq(const writer *w, dsq_permute_kind k, dsq_intq *q)
-{
-    DSQ_TRY(dsq_permute_rows(&w->m->arch, k, false, q->codes, q->rows, (size_t)q->cols, NULL));
-    DSQ_TRY(dsq_permute_rows(&w->m->arch, k, false, q->scales, q->rows, (size_t)q->n_groups * sizeof(float), NULL));
-    return dsq_permute_rows(&w->m->arch, k, false, q->zeros, q->rows, (size_t)q->n_groups, NULL);
-}
-
-static dsq_status copy_intq(const dsq_intq *src, dsq_intq *dst)
-{
-    dsq_intq_params p = {src->bits, src->group_size, src->sym, DSQ_INTQ_RULE_GPTQ, 0};
-    DSQ_TRY(dsq_intq_alloc(&p, src->rows, src->cols, dst));
-    memcpy(dst->codes, src->codes, (size_t)(src->rows * src->cols));
-    memcpy(dst->scales, src->scales, (size_t)(src->rows * src->n_groups) * sizeof(float));
-    memcpy(dst->zeros, src->zeros, (size_t)(src->rows * src->n_groups));
-    if (src->g_idx) {
-        if (!(dst->g_idx = malloc((size_t)src->cols * sizeof *dst->g_idx))) {
-            dsq_intq_free(dst);
-            return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
-        }
-        memcpy(dst->g_idx, src->g_idx, (size_t)src->cols * sizeof *dst->g_idx);
-    }
-    return DSQ_OK;
-}
-
-static dsq_status write_packed(writer *w, const dsq_intq *q0, dsq_permute_kind k)
-{
-    dsq_intq q;
-    DSQ_TRY(copy_intq(q0, &q));
-    dsq_status s = k != DSQ_PERMUTE_NONE ? unpermute_intq(w, k, &q) : DSQ_OK;
-    dsq_packed pk;
-    int64_t wrapped = 0;
-    if (s == DSQ_OK && (s = pack_one(w, &q, &pk, &wrapped)) == DSQ_OK) {
-        for (int i = 0; i < pk.n && s == DSQ_OK; i++) s = dsq_st_writer_write(w->st, pk.t[i].data, pk.t[i].nbytes);
-        dsq_packed_free(&pk);
-        w->n_wrapped += wrapped;
-    }
-    dsq_intq_free(&q);
-    return s;
-}
-
-static dsq_status write_dense(writer *w, const float *x, int64_t rows, int64_t cols, dsq_permute_kind k)
-{
-    if (k == DSQ_PERMUTE_NONE) return write_f16(w, x, (size_t)(rows * cols));
-    float *c = malloc((size_t)(rows * cols) * sizeof *c);
-    if (!c) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
-    memcpy(c, x, (size_t)(rows * cols) * sizeof *c);
-    dsq_status s = dsq_permute_rows(&w->m->arch, k, false, c, rows, (size_t)cols * sizeof *c, NULL);
-    if (s == DSQ_OK) s = write_f16(w, c, (size_t)(rows * cols));
-    free(c);
-    return s;
-}
-
-static dsq_status note_skipped(writer *w, int layer, int id)
-{
-    char name[160];
-    snprintf(name, sizeof name, "model.layers.%d.%s", layer, module_path(id));
-    char **n = realloc(w->skipped, (w->n_skipped + 1) * sizeof *n);
-    if (!n) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
-    w->skipped = n;
-    if (!(n[w->n_skipped] = strdup(name))) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
-    w->n_skipped++;
-    return DSQ_OK;
-}
-
-static dsq_status emit(void *user, const dsq_seq_layer_out *l)
-{
-    writer *w = user;
-    const dsq_layer *L = &w->m->layers[l->layer];
-    DSQ_TRY(write_f16(w, l->attn_norm, (size_t)w->m->dim));
-    DSQ_TRY(write_f16(w, l->ffn_norm, (size_t)w->m->dim));
-    for (int id = 0; id < DSQ_LIN_COUNT; id++) {
-        dsq_permute_kind k = perm_of(w, id);
-        int64_t out = L->lin[id].out, in = L->lin[id].in;
-        if (l->q[id]) DSQ_TRY(write_packed(w, l->q[id], k));
-        else {
-            DSQ_TRY(write_dense(w, l->w[id], out, in, k));
-            DSQ_TRY(note_skipped(w, l->layer, id));
-        }
-        if (l->bias[id]) DSQ_TRY(write_dense(w, l->bias[id], out, 1, k));
-    }
-    return DSQ_OK;
-}
-
-/* ---- side files ---- */
-
-static dsq_status write_text(const dsq_outdir *d, const char *name, const char *text)
-{
-    char path[4096];
-    DSQ_TRY(dsq_outdir_file(d, name, path, sizeof path));
-    dsq_outfile *f;
-    DSQ_TRY(dsq_outfile_open(path, false, &f));
-    dsq_status s = dsq_outfile_write(f, text, strlen(text));
-    if (s == DSQ_OK) s = dsq_outfile_write(f, "\n", 1);
-    if (s != DSQ_OK) {
-        dsq_outfile_abort(f);
-        return s;
-    }
-    return dsq_outfile_commit(f);
-}
-
-static dsq_status write_json(const dsq_outdir *d, const char *name, cJSON *o)
-{
-    char *t = cJSON_Print(o);
-    if (!t) return dsq_fail(DSQ_ERR_NOMEM, "out of memory for %s", name);
-    dsq_status s = write_text(d, name, t);
-    free(t);
-    return s;
-}
-
-static dsq_status quant_config(const writer *w, cJSON **out)
-{
-    const qargs *a = w->a;
-    const char *const *skipped = (const char *const *)w->skipped;
-    if (a->fmt == FMT_AWQ) return dsq_awq_config_json(a->group, skipped, w->n_skipped, out);
-    if (a->fmt == FMT_CT) {
-        const char **ign = malloc((w->n_skipped + 1) * sizeof *ign);
-        if (!ign) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
-        for (size_t i = 0; i < w->n_skipped; i++) ign[i] = w->skipped[i];
-        ign[w->n_skipped] = "lm_head";
-        dsq_ct_config c = {a->bits, a->group, a->sym != 0,
-                           a->act_order ? (a->static_groups ? "weight" : "group") : NULL, ign, w->n_skipped + 1};
-        dsq_status s = dsq_ct_config_json(&c, out);
-        free(ign);
-        return s;
-    }
-    dsq_gptq_config c = {a->bits, a->group, a->damp, a->act_order, a->static_groups, a->sym != 0, true,
-                         DSQ_GPTQ_FORMAT_V1};
-    DSQ_TRY(dsq_gptq_config_json(&c, out));
-    if (w->n_skipped) {
-        /* GPTQ configs have no standard skip list; transformers' quantizers read this key */
-        cJSON *arr = cJSON_AddArrayToObject(*out, "modules_to_not_convert");
-        for (size_t i = 0; arr && i < w->n_skipped; i++) cJSON_AddItemToArray(arr, cJSON_CreateString(w->skipped[i]));
-        DSQ_LOGW("%zu linears left unquantized; GPTQ loaders may not honour modules_to_not_convert", w->n_skipped);
-    }
-    return DSQ_OK;
-}
-
-static dsq_status write_config(const dsq_outdir *d, const writer *w)
-{
-    dsq_arch arch = w->m->arch;
-    snprintf(arch.torch_dtype, sizeof arch.torch_dtype, "float16");
-    arch.tie_word_embeddings = w->m->tied;
-    char *json = NULL;
-    DSQ_TRY(dsq_arch_to_hf_json(&arch, &json));
-    cJSON *o = cJSON_Parse(json), *qc = NULL;
-    free(json);
-    if (!o) return dsq_fail(DSQ_ERR_INTERNAL, "config.json: could not re-read our own JSON");
-    dsq_status s = quant_config(w, &qc);
-    if (s == DSQ_OK) {
-        cJSON_AddItemToObject(o, "quantization_config", qc);
-        s = write_json(d, "config.json", o);
-        if (s == DSQ_OK && w->a->fmt == FMT_GPTQ) s = write_json(d, "quantize_config.json", qc);
-    }
-    cJSON_Delete(o);
-    return s;
-}
-
-static dsq_status copy_file(const dsq_outdir *d, const char *src_dir, const char *name)
-{
-    char src[4096];
-    DSQ_TRY(dsq_path_join(src, sizeof src, src_dir, name));
-    if (!dsq_exists(src)) return DSQ_OK;
-    char *text = NULL;
-    size_t len = 0;
-    DSQ_TRY(dsq_read_file(src, (size_t)1 << 30, &text, &len));
-    char path[4096];
-    dsq_outfile *f = NULL;
-    dsq_status s = dsq_outdir_file(d, name, path, sizeof path);
-    if (s == DSQ_OK) s = dsq_outfile_open(path, false, &f);
-    if (s == DSQ_OK) s = dsq_outfile_write(f, text, len);
-    if (s == DSQ_OK) s = dsq_outfile_commit(f);
-    else dsq_outfile_abort(f);
-    free(text);
-    return s;
-}
-
-static dsq_status write_side_files(const dsq_outdir *d, const writer *w)
-{
-    DSQ_TRY(write_config(d, w));
-    const dsq_checkpoint *c = w->m->ckpt;
-    if (c->kind == DSQ_CKPT_HF_DIR) {
-        static const char *const names[] = {"tokenizer.json",     "tokenizer_config.json", "special_tokens_map.json",
-                                            "tokenizer.model",    "vocab.json",            "merges.txt",
-                                            "added_tokens.json",  "chat_template.jinja",   "chat_template.json"};
-        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) DSQ_TRY(copy_file(d, c->path, names[i]));
-        char gp[4096];
-        DSQ_TRY(dsq_path_join(gp, sizeof gp, c->path, "generation_config.json"));
-        if (dsq_exists(gp)) return copy_file(d, c->path, "generation_config.json");
-    }
-    cJSON *g = cJSON_CreateObject();
-    if (!g) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
-    if (w->m->arch.bos_token_id >= 0) cJSON_AddNumberToObject(g, "bos_token_id", (double)w->m->arch.bos_token_id);
-    if (w->m->arch.eos_token_id >= 0) cJSON_AddNumberToObject(g, "eos_token_id", (double)w->m->arch.eos_token_id);
-    dsq_status s = write_json(d, "generation_config.json", g);
-    cJSON_Delete(g);
-    DSQ_TRY(s);
-    if (c->kind == DSQ_CKPT_GGUF) return dsq_tokenizer_gguf_to_hf(c->gguf, dsq_outdir_tmp_path(d));
     return DSQ_OK;
 }
 
@@ -584,70 +255,31 @@ static dsq_status seq_opts(const qargs *a, dsq_seq_opts *o)
     return DSQ_OK;
 }
 
-static dsq_status plan_quantized(dsq_model *m, const dsq_seq_opts *o, bool **out)
-{
-    int64_t n = m->arch.n_layers * DSQ_LIN_COUNT;
-    bool *q = calloc((size_t)n, sizeof *q);
-    if (!q) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
-    for (int64_t i = 0; i < n; i++)
-        q[i] = dsq_intq_check(&o->q, m->layers[i / DSQ_LIN_COUNT].lin[i % DSQ_LIN_COUNT].in) == DSQ_OK;
-    dsq_clear_error();
-    *out = q;
-    return DSQ_OK;
-}
-
 static dsq_status quantize_into(const qargs *a, dsq_model *m, const dsq_tokenizer *tok, dsq_outdir *d, results *res,
                                 dsq_seq_keep **keep)
 {
     dsq_seq_opts o;
     DSQ_TRY(seq_opts(a, &o));
     DSQ_TRY(dsq_seq_check_groups(m, &o.q, a->skip, &res->n_bad));
-    if (a->method != DSQ_QMETHOD_RTN) {
+    bool data = dsq_method_needs_data(a->method);
+    if (data) {
         dsq_calib_opts co = {a->calib, a->n_samples, a->seqlen, a->seed};
         DSQ_TRY(dsq_calib_load(&co, tok, &res->calib));
         DSQ_LOGI("calibration: %d x %d tokens from %s", res->calib.n_samples, res->calib.seqlen, res->calib.path);
     }
-    writer w;
-    memset(&w, 0, sizeof w);
-    w.a = a;
-    w.m = m;
-    w.permute_qk = m->rope_layout == DSQ_ROPE_NORM && m->ckpt->kind == DSQ_CKPT_GGUF;
-    bool *quantized = NULL;
-    dsq_status s = plan_quantized(m, &o, &quantized);
-    if (s == DSQ_OK) s = dsq_st_writer_new(dsq_outdir_tmp_path(d), "model", 5000000000ULL, &w.st);
-    if (s == DSQ_OK) s = dsq_st_writer_set_meta(w.st, "format", "pt");
-    if (s == DSQ_OK) s = plan_tensors(&w, quantized);
-    if (s == DSQ_OK) s = dsq_st_writer_begin(w.st);
-    dsq_linear E;
-    memset(&E, 0, sizeof E);
-    if (s == DSQ_OK && (s = dsq_linear_from_tensor(&E, &m->tok_embd)) == DSQ_OK) s = write_linear_f16(&w, &E);
-    dsq_linear_release(&E);
-    o.emit = emit;
-    o.user = &w;
-    if (s == DSQ_OK) s = dsq_seq_quantize(m, a->method == DSQ_QMETHOD_RTN ? NULL : &res->calib, &o, &res->rep, keep);
-    if (s == DSQ_OK) s = write_f16(&w, m->output_norm, (size_t)m->dim);
-    if (s == DSQ_OK && !m->tied) s = write_linear_f16(&w, &m->output);
-    if (s == DSQ_OK) s = dsq_st_writer_finish(w.st);
-    if (s == DSQ_OK) s = write_side_files(d, &w);
-    if (s == DSQ_OK && w.n_wrapped)
-        DSQ_LOGW("%lld GPTQ v1 zero points of 0 were stored wrapped (see formats/pack_gptq.h)", (long long)w.n_wrapped);
-    dsq_st_writer_free(w.st);
-    for (size_t i = 0; i < w.n_skipped; i++) free(w.skipped[i]);
-    free(w.skipped);
-    free(w.buf16);
-    free(quantized);
-    return s;
+    dsq_int_spec spec = {(dsq_int_format)a->fmt, a->bits, a->group, a->sym != 0, a->act_order, a->static_groups,
+                         a->damp};
+    return dsq_int_export(m, data ? &res->calib : NULL, &o, &spec, d, &res->rep, keep);
 }
 
 static void print_results(const qargs *a, const results *r)
 {
-    static const char *const fmts[] = {"awq", "gptq", "compressed-tensors"};
     if (!a->json) {
         printf("%s: %lld linears quantized to %d-bit groups of %d (%s), %lld left unquantized, %.1f s%s, peak RSS "
                "%ld MiB\n",
-               dsq_qmethod_name(a->method), (long long)r->rep.n_quantized, a->bits, a->group, fmts[a->fmt],
+               a->method->name, (long long)r->rep.n_quantized, a->bits, a->group, dsq_int_format_name((dsq_int_format)a->fmt),
                (long long)r->rep.n_skipped, r->rep.seconds,
-               a->method == DSQ_QMETHOD_RTN ? "" : r->rep.bf16 ? " (bf16 passes)" : " (f32 passes)",
+               !dsq_method_needs_data(a->method) ? "" : r->rep.bf16 ? " (bf16 passes)" : " (f32 passes)",
                r->rep.peak_rss_kb / 1024);
         printf("wrote %s\n", a->out);
         if (a->eval)
@@ -656,8 +288,8 @@ static void print_results(const qargs *a, const results *r)
         return;
     }
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "method", dsq_qmethod_name(a->method));
-    cJSON_AddStringToObject(o, "format", fmts[a->fmt]);
+    cJSON_AddStringToObject(o, "method", a->method->name);
+    cJSON_AddStringToObject(o, "format", dsq_int_format_name((dsq_int_format)a->fmt));
     cJSON_AddStringToObject(o, "model", a->model);
     cJSON_AddStringToObject(o, "output", a->out);
     cJSON_AddNumberToObject(o, "bits", a->bits);
@@ -665,7 +297,7 @@ static void print_results(const qargs *a, const results *r)
     cJSON_AddBoolToObject(o, "sym", a->sym != 0);
     cJSON_AddNumberToObject(o, "n_quantized", (double)r->rep.n_quantized);
     cJSON_AddNumberToObject(o, "n_unquantized", (double)r->rep.n_skipped);
-    if (a->method != DSQ_QMETHOD_RTN) {
+    if (dsq_method_needs_data(a->method)) {
         cJSON_AddStringToObject(o, "calib", r->calib.path);
         cJSON_AddNumberToObject(o, "n_samples", r->calib.n_samples);
         cJSON_AddNumberToObject(o, "seqlen", r->calib.seqlen);
@@ -675,7 +307,7 @@ static void print_results(const qargs *a, const results *r)
         for (int i = 0; st && r->calib.starts && i < r->calib.n_samples; i++)
             cJSON_AddItemToArray(st, cJSON_CreateNumber((double)r->calib.starts[i]));
     }
-    if (a->method != DSQ_QMETHOD_RTN) cJSON_AddStringToObject(o, "compute", r->rep.bf16 ? "bf16" : "f32");
+    if (dsq_method_needs_data(a->method)) cJSON_AddStringToObject(o, "compute", r->rep.bf16 ? "bf16" : "f32");
     cJSON_AddNumberToObject(o, "seconds", r->rep.seconds);
     cJSON_AddNumberToObject(o, "peak_rss_mib", (double)r->rep.peak_rss_kb / 1024.0);
     if (a->eval) {

@@ -16,24 +16,27 @@ typedef struct entry {
 } entry;
 
 struct dsq_imatrix_collector {
-    int n_layers;
-    entry *e; /* n_layers x DSQ_LIN_COUNT */
+    const dsq_model *m;
+    int n_layers, n_lin; /* n_lin: linears per layer (the block description's) */
+    entry *e;            /* n_layers x n_lin */
 };
 
 dsq_status dsq_imatrix_collector_new(const dsq_model *m, dsq_imatrix_collector **out)
 {
     *out = NULL;
     dsq_imatrix_collector *c = calloc(1, sizeof *c);
-    int n = (int)m->arch.n_layers;
-    if (c) c->e = calloc((size_t)n * DSQ_LIN_COUNT, sizeof *c->e);
+    int n = (int)m->arch.n_layers, nl = m->block->n_linears;
+    if (c) c->e = calloc((size_t)n * (size_t)nl, sizeof *c->e);
     if (!c || !c->e) {
         free(c);
         return dsq_fail(DSQ_ERR_NOMEM, "imatrix: out of memory");
     }
+    c->m = m;
     c->n_layers = n;
+    c->n_lin = nl;
     for (int l = 0; l < n; l++)
-        for (int k = 0; k < DSQ_LIN_COUNT; k++) {
-            entry *e = &c->e[l * DSQ_LIN_COUNT + k];
+        for (int k = 0; k < nl; k++) {
+            entry *e = &c->e[l * nl + k];
             e->in = m->layers[l].lin[k].in;
             if (!(e->sum2 = calloc((size_t)e->in, sizeof *e->sum2))) {
                 dsq_imatrix_collector_free(c);
@@ -47,26 +50,27 @@ dsq_status dsq_imatrix_collector_new(const dsq_model *m, dsq_imatrix_collector *
 void dsq_imatrix_collector_free(dsq_imatrix_collector *c)
 {
     if (!c) return;
-    for (int i = 0; c->e && i < c->n_layers * DSQ_LIN_COUNT; i++) free(c->e[i].sum2);
+    for (int i = 0; c->e && i < c->n_layers * c->n_lin; i++) free(c->e[i].sum2);
     free(c->e);
     free(c);
 }
 
-static void entry_name(int layer, dsq_linear_id which, char *buf, size_t cap)
+static void entry_name(const dsq_imatrix_collector *c, int layer, int which, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "blk.%d.%s.weight", layer, dsq_linear_id_gguf(which));
+    snprintf(buf, cap, "blk.%d.%s.weight", layer, dsq_model_linear_gguf(c->m, which));
 }
 
-dsq_status dsq_imatrix_collect_hook(void *user, int layer, dsq_linear_id which, const float *x, int n_tok, int64_t in)
+dsq_status dsq_imatrix_collect_hook(void *user, int layer, int which, int expert, const float *x, int n_tok, int64_t in)
 {
     dsq_imatrix_collector *c = user;
     if (n_tok < DSQ_IMATRIX_MIN_ROWS) return DSQ_OK;
-    if (layer < 0 || layer >= c->n_layers || (unsigned)which >= DSQ_LIN_COUNT)
-        return dsq_fail(DSQ_ERR_INTERNAL, "imatrix: hook called for layer %d, linear %d", layer, (int)which);
-    entry *e = &c->e[layer * DSQ_LIN_COUNT + which];
+    if (layer < 0 || layer >= c->n_layers || which < 0 || which >= c->n_lin || expert >= 0)
+        return dsq_fail(DSQ_ERR_INTERNAL, "imatrix: hook called for layer %d, linear %d, expert %d", layer, which,
+                        expert);
+    entry *e = &c->e[layer * c->n_lin + which];
     char name[64];
     if (in != e->in) {
-        entry_name(layer, which, name, sizeof name);
+        entry_name(c, layer, which, name, sizeof name);
         return dsq_fail(DSQ_ERR_INTERNAL, "imatrix: %s: input of %lld columns, the weight has %lld", name,
                         (long long)in, (long long)e->in);
     }
@@ -76,7 +80,7 @@ dsq_status dsq_imatrix_collect_hook(void *user, int layer, dsq_linear_id which, 
     }
     for (int64_t j = 0; j < in; j++)
         if (!isfinite(e->sum2[j])) {
-            entry_name(layer, which, name, sizeof name);
+            entry_name(c, layer, which, name, sizeof name);
             return dsq_fail(DSQ_ERR_NUMERIC, "imatrix: %s: non-finite sum of squares in column %lld", name,
                             (long long)j);
         }
@@ -88,19 +92,19 @@ dsq_status dsq_imatrix_collect_hook(void *user, int layer, dsq_linear_id which, 
 int32_t dsq_imatrix_collector_calls(const dsq_imatrix_collector *c)
 {
     int32_t m = 0;
-    for (int i = 0; i < c->n_layers * DSQ_LIN_COUNT; i++) m = c->e[i].ncall > m ? c->e[i].ncall : m;
+    for (int i = 0; i < c->n_layers * c->n_lin; i++) m = c->e[i].ncall > m ? c->e[i].ncall : m;
     return m;
 }
 
 static dsq_status add_entries(const dsq_imatrix_collector *c, dsq_imatrix *im, float *mean)
 {
     for (int l = 0; l < c->n_layers; l++)
-        for (int k = 0; k < DSQ_LIN_COUNT; k++) {
-            const entry *e = &c->e[l * DSQ_LIN_COUNT + k];
+        for (int k = 0; k < c->n_lin; k++) {
+            const entry *e = &c->e[l * c->n_lin + k];
             if (!e->count) continue;
             for (int64_t j = 0; j < e->in; j++) mean[j] = (float)(e->sum2[j] / (double)e->count);
             char name[64];
-            entry_name(l, (dsq_linear_id)k, name, sizeof name);
+            entry_name(c, l, k, name, sizeof name);
             DSQ_TRY(dsq_imatrix_add(im, name, e->ncall, mean, (uint32_t)e->in));
         }
     return DSQ_OK;
@@ -114,7 +118,7 @@ dsq_status dsq_imatrix_collector_result(const dsq_imatrix_collector *c, const ch
         return dsq_fail(DSQ_ERR_ARG, "imatrix: nothing was collected (forward calls need at least %d tokens)",
                         DSQ_IMATRIX_MIN_ROWS);
     int64_t max_in = 0;
-    for (int i = 0; i < c->n_layers * DSQ_LIN_COUNT; i++) max_in = c->e[i].in > max_in ? c->e[i].in : max_in;
+    for (int i = 0; i < c->n_layers * c->n_lin; i++) max_in = c->e[i].in > max_in ? c->e[i].in : max_in;
     float *mean = malloc((size_t)max_in * sizeof *mean);
     dsq_imatrix *im = NULL;
     dsq_status s = mean ? dsq_imatrix_new(&im) : dsq_fail(DSQ_ERR_NOMEM, "imatrix: out of memory");

@@ -40,7 +40,7 @@ void dsq_imatrix_collector_free(dsq_imatrix_collector *c);
 
 /* The dsq_linear_hook_fn to install with user = the collector. Fails with
  * DSQ_ERR_NUMERIC naming the tensor on a non-finite sum. */
-dsq_status dsq_imatrix_collect_hook(void *user, int layer, dsq_linear_id which, const float *x, int n_tok, int64_t in);
+dsq_status dsq_imatrix_collect_hook(void *user, int layer, int which, int expert, const float *x, int n_tok, int64_t in);
 
 /* The largest ncall of any entry. */
 int32_t dsq_imatrix_collector_calls(const dsq_imatrix_collector *c);

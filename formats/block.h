@@ -23,6 +23,11 @@
 #include "formats/hf_config.h"
 #include "formats/hf_names.h"
 
+/* Bounds every description keeps (test_block checks), so per-layer arrays can be fixed. */
+#define DSQ_BLOCK_MAX_NORMS 4
+#define DSQ_BLOCK_MAX_LINEARS 16
+#define DSQ_BLOCK_MAX_GROUPS 8
+
 /* The widths a linear's shape is made of, resolved against a dsq_arch. */
 typedef enum dsq_dim {
     DSQ_DIM_MODEL = 0, /* hidden_size */
@@ -65,6 +70,9 @@ typedef struct dsq_block_linear {
     dsq_bias_rule bias;
     int group;   /* index in groups */
     bool expert; /* one per routed expert (MoE) */
+    /* its output only feeds attention scores (q, k): its own output error
+     * says little, so AWQ's clip search leaves it alone (AutoAWQ's avoid_clipping) */
+    bool scores;
 } dsq_block_linear;
 
 typedef struct dsq_block_group {

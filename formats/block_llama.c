@@ -3,11 +3,15 @@
  * place that names their linears. Module paths after transformers'
  * modeling_llama / modeling_qwen2, GGUF stems after gguf-py's
  * tensor_mapping.py. The forward is runtime/block_llama.c. */
+#include "formats/block_llama.h"
+
 #include "formats/block.h"
 
-enum { NORM_ATTN = 0, NORM_FFN };
-enum { LIN_Q = 0, LIN_K, LIN_V, LIN_O, LIN_GATE, LIN_UP, LIN_DOWN };
-enum { G_ATTN_IN = 0, G_ATTN_OUT, G_MLP_IN, G_MLP_OUT };
+enum { NORM_ATTN = DSQ_LLAMA_NORM_ATTN, NORM_FFN = DSQ_LLAMA_NORM_FFN };
+enum { LIN_Q = DSQ_LLAMA_Q, LIN_K = DSQ_LLAMA_K, LIN_V = DSQ_LLAMA_V, LIN_O = DSQ_LLAMA_O, LIN_GATE = DSQ_LLAMA_GATE,
+       LIN_UP = DSQ_LLAMA_UP, LIN_DOWN = DSQ_LLAMA_DOWN };
+enum { G_ATTN_IN = DSQ_LLAMA_G_ATTN_IN, G_ATTN_OUT = DSQ_LLAMA_G_ATTN_OUT, G_MLP_IN = DSQ_LLAMA_G_MLP_IN,
+       G_MLP_OUT = DSQ_LLAMA_G_MLP_OUT };
 
 static const dsq_block_norm g_norms[] = {
     [NORM_ATTN] = {"attn_norm", "input_layernorm", "attn_norm"},
@@ -28,9 +32,9 @@ static const dsq_block_group g_groups[] = {
 #define LINEARS(qkv_bias, qk_perm_q, qk_perm_k, o_bias)                                                            \
     {                                                                                                              \
         [LIN_Q] = {"q", "self_attn.q_proj", "attn_q", DSQ_DIM_Q, DSQ_DIM_MODEL, qk_perm_q, qkv_bias, G_ATTN_IN,    \
-                   false},                                                                                         \
+                   false, true},                                                                                         \
         [LIN_K] = {"k", "self_attn.k_proj", "attn_k", DSQ_DIM_K, DSQ_DIM_MODEL, qk_perm_k, qkv_bias, G_ATTN_IN,    \
-                   false},                                                                                         \
+                   false, true},                                                                                         \
         [LIN_V] = {"v", "self_attn.v_proj", "attn_v", DSQ_DIM_V, DSQ_DIM_MODEL, DSQ_PERMUTE_NONE, qkv_bias,        \
                    G_ATTN_IN, false},                                                                              \
         [LIN_O] = {"o", "self_attn.o_proj", "attn_output", DSQ_DIM_MODEL, DSQ_DIM_ATT, DSQ_PERMUTE_NONE, o_bias,   \

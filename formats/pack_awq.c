@@ -29,26 +29,39 @@ static bool trivial_g_idx(const dsq_intq *q)
     return true;
 }
 
+/* The tensors of the GEMM layout for s; data NULL: planned only. */
+static dsq_status awq_layout(const dsq_intq_shape *s, dsq_packed *out, uint32_t **qw, uint32_t **qz, void **sc)
+{
+    const int64_t N = s->rows, K = s->cols, G = s->cols / s->group_size;
+    if (s->bits != 4)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "awq: the GEMM format stores 4-bit codes only, not %d-bit", s->bits);
+    if (N % 8 != 0) return dsq_fail(DSQ_ERR_UNSUPPORTED, "awq: out_features %lld is not a multiple of 8", (long long)N);
+    if (s->g_idx || K % s->group_size != 0)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "awq: the GEMM format has no g_idx; act-order groups cannot be stored");
+    const int64_t qw_shape[2] = {K, N / 8}, qz_shape[2] = {G, N / 8}, s_shape[2] = {G, N};
+    dsq_status st = dsq_packed_add(out, "qweight", DSQ_TYPE_I32, 2, qw_shape, (void **)qw);
+    if (st == DSQ_OK) st = dsq_packed_add(out, "qzeros", DSQ_TYPE_I32, 2, qz_shape, (void **)qz);
+    if (st == DSQ_OK) st = dsq_packed_add(out, "scales", DSQ_TYPE_F16, 2, s_shape, sc);
+    if (st != DSQ_OK) dsq_packed_free(out);
+    return st;
+}
+
+dsq_status dsq_awq_pack_shape(const dsq_intq_shape *s, dsq_packed *out)
+{
+    memset(out, 0, sizeof *out);
+    return awq_layout(s, out, NULL, NULL, NULL);
+}
+
 dsq_status dsq_awq_pack(const dsq_intq *q, dsq_packed *out)
 {
     memset(out, 0, sizeof *out);
     DSQ_TRY(dsq_intq_validate(q));
     const int64_t N = q->rows, K = q->cols, G = q->n_groups;
-    if (q->bits != 4)
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, "awq: the GEMM format stores 4-bit codes only, not %d-bit", q->bits);
-    if (N % 8 != 0) return dsq_fail(DSQ_ERR_UNSUPPORTED, "awq: out_features %lld is not a multiple of 8", (long long)N);
-    if (!trivial_g_idx(q) || K % q->group_size != 0)
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, "awq: the GEMM format has no g_idx; act-order groups cannot be stored");
-    const int64_t qw_shape[2] = {K, N / 8}, qz_shape[2] = {G, N / 8}, s_shape[2] = {G, N};
+    dsq_intq_shape sh = dsq_intq_shape_of(q);
+    sh.g_idx = !trivial_g_idx(q); /* in-order indices are the plain layout */
     uint32_t *qw, *qz;
     void *sc;
-    dsq_status st = dsq_packed_add(out, "qweight", DSQ_TYPE_I32, 2, qw_shape, (void **)&qw);
-    if (st == DSQ_OK) st = dsq_packed_add(out, "qzeros", DSQ_TYPE_I32, 2, qz_shape, (void **)&qz);
-    if (st == DSQ_OK) st = dsq_packed_add(out, "scales", DSQ_TYPE_F16, 2, s_shape, &sc);
-    if (st != DSQ_OK) {
-        dsq_packed_free(out);
-        return st;
-    }
+    DSQ_TRY(awq_layout(&sh, out, &qw, &qz, &sc));
     /* codes are [N x K]: column block j of input k starts at codes[(8j) * K + k]. */
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < K; k++)

@@ -32,6 +32,9 @@ struct cJSON;
 
 /* Tensors "qweight", "qzeros", "scales" (F16) of one linear. */
 dsq_status dsq_awq_pack(const dsq_intq *q, dsq_packed *out);
+/* The tensors dsq_awq_pack makes for a weight of shape s (names, types,
+ * shapes, byte counts; no data), with the same checks. */
+dsq_status dsq_awq_pack_shape(const dsq_intq_shape *s, dsq_packed *out);
 
 /* Reads them back (any of them from a hostile file): shapes and types are
  * checked; group_size from the config (-1 = K). Scales become F32. */

@@ -43,8 +43,8 @@ dsq_status dsq_packed_add(dsq_packed *p, const char *suffix, dsq_type type, int 
     uint64_t n, bytes;
     if (n_dims < 1 || n_dims > 2 || !dsq_mul_dims(shape, n_dims, &n) || dsq_type_nbytes(type, n, &bytes) != DSQ_OK)
         return dsq_fail(DSQ_ERR_ARG, "pack: %s has a bad shape", suffix);
-    void *d = calloc(bytes ? (size_t)bytes : 1, 1);
-    if (!d)
+    void *d = NULL;
+    if (data && !(d = calloc(bytes ? (size_t)bytes : 1, 1)))
         return dsq_fail(DSQ_ERR_NOMEM, "pack: out of memory for %s (%llu bytes)", suffix, (unsigned long long)bytes);
     dsq_pack_tensor *t = &p->t[p->n++];
     memset(t, 0, sizeof *t);
@@ -54,8 +54,13 @@ dsq_status dsq_packed_add(dsq_packed *p, const char *suffix, dsq_type type, int 
     for (int i = 0; i < n_dims; i++) t->shape[i] = shape[i];
     t->data = d;
     t->nbytes = bytes;
-    *data = d;
+    if (data) *data = d;
     return DSQ_OK;
+}
+
+dsq_intq_shape dsq_intq_shape_of(const dsq_intq *q)
+{
+    return (dsq_intq_shape){q->rows, q->cols, q->bits, q->group_size, q->sym, q->g_idx != NULL};
 }
 
 const dsq_pack_tensor *dsq_packed_find(const dsq_packed *p, const char *suffix)

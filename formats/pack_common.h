@@ -47,9 +47,23 @@ typedef struct dsq_packed {
     dsq_pack_tensor t[DSQ_PACK_MAX_TENSORS];
 } dsq_packed;
 
-/* Appends a zero-filled tensor; *data points at its bytes. */
+/* Appends a zero-filled tensor; *data points at its bytes. data NULL: the
+ * tensor is only planned (name, type, shape, nbytes; no bytes), which is
+ * what the pack-shape functions return. */
 dsq_status dsq_packed_add(dsq_packed *p, const char *suffix, dsq_type type, int n_dims, const int64_t *shape,
                           void **data);
+
+/* The shape of an INTn weight as the packers see it, without its codes: what
+ * a writer needs to plan a file's tensors before any layer is quantized. */
+typedef struct dsq_intq_shape {
+    int64_t rows, cols;
+    int bits, group_size; /* the group as stored: -1 resolved to cols */
+    bool sym;
+    bool g_idx; /* act-order group indices are stored */
+} dsq_intq_shape;
+
+/* The shape of q. */
+dsq_intq_shape dsq_intq_shape_of(const dsq_intq *q);
 const dsq_pack_tensor *dsq_packed_find(const dsq_packed *p, const char *suffix);
 /* A view of a packed tensor (name = suffix), as the safetensors reader would give it. */
 dsq_tensor dsq_packed_view(const dsq_pack_tensor *t);

@@ -5,33 +5,47 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The tensors of the pack-quantized layout for s; data NULL: planned only. */
+static dsq_status ct_layout(const dsq_intq_shape *s, dsq_type scale_type, dsq_packed *out, uint32_t **wp, void **sc,
+                            int64_t **shp, uint32_t **zp, int32_t **gi)
+{
+    if (!dsq_pack_scale_type_ok(scale_type))
+        return dsq_fail(DSQ_ERR_ARG, "compressed-tensors: scales cannot be stored as %s", dsq_type_name(scale_type));
+    const int b = s->bits;
+    const int64_t N = s->rows, K = s->cols, G = s->cols / s->group_size;
+    if (!s->g_idx && G * s->group_size != K)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "compressed-tensors: groups of %d do not tile in_features %lld",
+                        s->group_size, (long long)K);
+    const int64_t KW = dsq_bits_words(K, b), NW = dsq_bits_words(N, b);
+    const int64_t wp_shape[2] = {N, KW}, s_shape[2] = {N, G}, shp_shape[1] = {2}, zp_shape[2] = {NW, G},
+                  g_shape[1] = {K};
+    dsq_status st = dsq_packed_add(out, "weight_packed", DSQ_TYPE_I32, 2, wp_shape, (void **)wp);
+    if (st == DSQ_OK) st = dsq_packed_add(out, "weight_scale", scale_type, 2, s_shape, sc);
+    if (st == DSQ_OK) st = dsq_packed_add(out, "weight_shape", DSQ_TYPE_I64, 1, shp_shape, (void **)shp);
+    if (st == DSQ_OK && !s->sym) st = dsq_packed_add(out, "weight_zero_point", DSQ_TYPE_I32, 2, zp_shape, (void **)zp);
+    if (st == DSQ_OK && s->g_idx) st = dsq_packed_add(out, "weight_g_idx", DSQ_TYPE_I32, 1, g_shape, (void **)gi);
+    if (st != DSQ_OK) dsq_packed_free(out);
+    return st;
+}
+
+dsq_status dsq_ct_pack_shape(const dsq_intq_shape *s, dsq_type scale_type, dsq_packed *out)
+{
+    memset(out, 0, sizeof *out);
+    return ct_layout(s, scale_type, out, NULL, NULL, NULL, NULL, NULL);
+}
+
 dsq_status dsq_ct_pack(const dsq_intq *q, dsq_type scale_type, dsq_packed *out)
 {
     memset(out, 0, sizeof *out);
     DSQ_TRY(dsq_intq_validate(q));
-    if (!dsq_pack_scale_type_ok(scale_type))
-        return dsq_fail(DSQ_ERR_ARG, "compressed-tensors: scales cannot be stored as %s", dsq_type_name(scale_type));
     const int b = q->bits;
-    const int64_t N = q->rows, K = q->cols, G = q->n_groups;
-    if (!q->g_idx && G * q->group_size != K)
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, "compressed-tensors: groups of %d do not tile in_features %lld",
-                        q->group_size, (long long)K);
-    const int64_t KW = dsq_bits_words(K, b), NW = dsq_bits_words(N, b);
-    const int64_t wp_shape[2] = {N, KW}, s_shape[2] = {N, G}, shp_shape[1] = {2}, zp_shape[2] = {NW, G},
-                  g_shape[1] = {K};
+    const int64_t N = q->rows, K = q->cols, G = q->n_groups, KW = dsq_bits_words(K, b);
+    dsq_intq_shape sh = dsq_intq_shape_of(q);
     uint32_t *wp, *zp = NULL;
     int64_t *shp;
     int32_t *gi = NULL;
     void *sc;
-    dsq_status st = dsq_packed_add(out, "weight_packed", DSQ_TYPE_I32, 2, wp_shape, (void **)&wp);
-    if (st == DSQ_OK) st = dsq_packed_add(out, "weight_scale", scale_type, 2, s_shape, &sc);
-    if (st == DSQ_OK) st = dsq_packed_add(out, "weight_shape", DSQ_TYPE_I64, 1, shp_shape, (void **)&shp);
-    if (st == DSQ_OK && !q->sym) st = dsq_packed_add(out, "weight_zero_point", DSQ_TYPE_I32, 2, zp_shape, (void **)&zp);
-    if (st == DSQ_OK && q->g_idx) st = dsq_packed_add(out, "weight_g_idx", DSQ_TYPE_I32, 1, g_shape, (void **)&gi);
-    if (st != DSQ_OK) {
-        dsq_packed_free(out);
-        return st;
-    }
+    DSQ_TRY(ct_layout(&sh, scale_type, out, &wp, &sc, &shp, q->sym ? NULL : &zp, q->g_idx ? &gi : NULL));
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) dsq_bits_pack_line(q->codes + n * K, K, 1, b, wp + n * KW, 1);
     for (int64_t i = 0; i < N * G; i++) dsq_pack_put_scale(sc, i, scale_type, q->scales[i]);

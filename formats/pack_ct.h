@@ -38,6 +38,8 @@ struct cJSON;
 /* Tensors "weight_packed", "weight_scale" (scale_type), "weight_shape",
  * "weight_zero_point" (asymmetric) and "weight_g_idx" (when q->g_idx). */
 dsq_status dsq_ct_pack(const dsq_intq *q, dsq_type scale_type, dsq_packed *out);
+/* The tensors dsq_ct_pack makes for a weight of shape s (no data). */
+dsq_status dsq_ct_pack_shape(const dsq_intq_shape *s, dsq_type scale_type, dsq_packed *out);
 
 /* Reads them back (hostile input); zero_point must be given exactly when
  * !sym, g_idx may be NULL. bits, group_size (-1 = channel) and sym from the

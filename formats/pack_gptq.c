@@ -21,14 +21,12 @@ static uint8_t zero_load(int v, int bits, dsq_gptq_format fmt)
     return (uint8_t)(fmt == DSQ_GPTQ_FORMAT_V1 ? (v + 1) & ((1 << bits) - 1) : v);
 }
 
-dsq_status dsq_gptq_pack(const dsq_intq *q, dsq_gptq_format fmt, dsq_type scale_type, dsq_packed *out,
-                         int64_t *n_zero_wrapped)
+/* The tensors of the GPTQ layout for s; data NULL: planned only. */
+static dsq_status gptq_layout(const dsq_intq_shape *s, dsq_gptq_format fmt, dsq_type scale_type, dsq_packed *out,
+                              uint32_t **qw, uint32_t **qz, void **sc, int32_t **gi)
 {
-    memset(out, 0, sizeof *out);
-    if (n_zero_wrapped) *n_zero_wrapped = 0;
-    DSQ_TRY(dsq_intq_validate(q));
-    const int b = q->bits;
-    const int64_t N = q->rows, K = q->cols, G = q->n_groups;
+    const int b = s->bits;
+    const int64_t N = s->rows, K = s->cols, G = s->cols / s->group_size;
     if ((K * b) % 32 != 0 || (N * b) % 32 != 0)
         return dsq_fail(DSQ_ERR_UNSUPPORTED,
                         "gptq: %d-bit packing needs in_features and out_features that fill whole int32 words "
@@ -39,19 +37,37 @@ dsq_status dsq_gptq_pack(const dsq_intq *q, dsq_gptq_format fmt, dsq_type scale_
     if (fmt != DSQ_GPTQ_FORMAT_V1 && fmt != DSQ_GPTQ_FORMAT_V2) return dsq_fail(DSQ_ERR_ARG, "gptq: unknown format");
     const int64_t KW = K * b / 32, NW = N * b / 32;
     const int64_t qw_shape[2] = {KW, N}, qz_shape[2] = {G, NW}, s_shape[2] = {G, N}, g_shape[1] = {K};
+    dsq_status st = dsq_packed_add(out, "qweight", DSQ_TYPE_I32, 2, qw_shape, (void **)qw);
+    if (st == DSQ_OK) st = dsq_packed_add(out, "qzeros", DSQ_TYPE_I32, 2, qz_shape, (void **)qz);
+    if (st == DSQ_OK) st = dsq_packed_add(out, "scales", scale_type, 2, s_shape, sc);
+    if (st == DSQ_OK) st = dsq_packed_add(out, "g_idx", DSQ_TYPE_I32, 1, g_shape, (void **)gi);
+    if (st != DSQ_OK) dsq_packed_free(out);
+    return st;
+}
+
+dsq_status dsq_gptq_pack_shape(const dsq_intq_shape *s, dsq_gptq_format fmt, dsq_type scale_type, dsq_packed *out)
+{
+    memset(out, 0, sizeof *out);
+    return gptq_layout(s, fmt, scale_type, out, NULL, NULL, NULL, NULL);
+}
+
+dsq_status dsq_gptq_pack(const dsq_intq *q, dsq_gptq_format fmt, dsq_type scale_type, dsq_packed *out,
+                         int64_t *n_zero_wrapped)
+{
+    memset(out, 0, sizeof *out);
+    if (n_zero_wrapped) *n_zero_wrapped = 0;
+    DSQ_TRY(dsq_intq_validate(q));
+    const int b = q->bits;
+    const int64_t N = q->rows, K = q->cols, G = q->n_groups, NW = N * b / 32;
+    dsq_intq_shape sh = dsq_intq_shape_of(q);
     uint32_t *qw, *qz;
     int32_t *gi;
     void *sc;
+    DSQ_TRY(gptq_layout(&sh, fmt, scale_type, out, &qw, &qz, &sc, &gi));
     uint8_t *tmp = malloc((size_t)N);
-    dsq_status st = tmp ? DSQ_OK : dsq_fail(DSQ_ERR_NOMEM, "gptq: out of memory");
-    if (st == DSQ_OK) st = dsq_packed_add(out, "qweight", DSQ_TYPE_I32, 2, qw_shape, (void **)&qw);
-    if (st == DSQ_OK) st = dsq_packed_add(out, "qzeros", DSQ_TYPE_I32, 2, qz_shape, (void **)&qz);
-    if (st == DSQ_OK) st = dsq_packed_add(out, "scales", scale_type, 2, s_shape, &sc);
-    if (st == DSQ_OK) st = dsq_packed_add(out, "g_idx", DSQ_TYPE_I32, 1, g_shape, (void **)&gi);
-    if (st != DSQ_OK) {
-        free(tmp);
+    if (!tmp) {
         dsq_packed_free(out);
-        return st;
+        return dsq_fail(DSQ_ERR_NOMEM, "gptq: out of memory");
     }
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) dsq_bits_pack_line(q->codes + n * K, K, 1, b, qw + n, N);

@@ -46,6 +46,8 @@ typedef enum dsq_gptq_format {
  * were 0 (see above). */
 dsq_status dsq_gptq_pack(const dsq_intq *q, dsq_gptq_format fmt, dsq_type scale_type, dsq_packed *out,
                          int64_t *n_zero_wrapped);
+/* The tensors dsq_gptq_pack makes for a weight of shape s (no data). */
+dsq_status dsq_gptq_pack_shape(const dsq_intq_shape *s, dsq_gptq_format fmt, dsq_type scale_type, dsq_packed *out);
 
 /* Reads them back (hostile input): bits and group_size from the config,
  * g_idx may be NULL (then c / group). A g_idx equal to c / group comes back

@@ -3,7 +3,8 @@
 #include <omp.h>
 
 static dsq_cpu_isa g_isa = DSQ_CPU_ISA_AUTO;
-static int g_threads = 0;
+/* per calling thread, so that contexts driven from different threads keep their own counts */
+static _Thread_local int g_threads = 0;
 
 /* -1 until probed; a benign race (every thread stores the same answer). */
 static int g_has_avx2 = -1;

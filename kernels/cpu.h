@@ -25,8 +25,10 @@ bool dsq_cpu_has_avx512bf16(void);
  * it and the scalar reference is not forced). */
 bool dsq_cpu_use_bf16_gemm(void);
 
-/* Threads for every parallel kernel; n <= 0 restores the default
- * (omp_get_max_threads(), i.e. OMP_NUM_THREADS or the CPU count). */
+/* Threads for every parallel kernel the calling thread starts; n <= 0
+ * restores the default (omp_get_max_threads(), i.e. OMP_NUM_THREADS or the
+ * CPU count). Per calling thread: a runtime context sets its own count
+ * before each op (runtime/backend.h). */
 void dsq_cpu_set_threads(int n);
 int dsq_cpu_threads(void);
 

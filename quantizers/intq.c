@@ -13,6 +13,16 @@ static const int k_group_sizes[] = {32, 64, 128};
 
 static bool bits_ok(int bits) { return bits == 2 || bits == 3 || bits == 4 || bits == 8; }
 
+bool dsq_intq_fits(const dsq_intq_params *p, int64_t cols)
+{
+    if (!p || !bits_ok(p->bits) || cols <= 0 || cols > INT32_MAX) return false;
+    if (!(p->clip == 0.0f || (p->clip > 0.0f && p->clip <= 1.0f))) return false;
+    if (p->group_size == -1 || p->group_size == cols) return true;
+    for (size_t i = 0; i < sizeof k_group_sizes / sizeof k_group_sizes[0]; i++)
+        if (p->group_size == k_group_sizes[i]) return cols % p->group_size == 0;
+    return false;
+}
+
 dsq_status dsq_intq_check(const dsq_intq_params *p, int64_t cols)
 {
     if (!p) return dsq_fail(DSQ_ERR_ARG, "intq: no parameters");

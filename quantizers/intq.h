@@ -75,6 +75,9 @@ static inline int dsq_intq_maxq(int bits) { return (1 << bits) - 1; }
 /* Checks bits and group size against a row length of `cols`. A group size that
  * does not divide cols is an error naming the width and the group sizes that do. */
 dsq_status dsq_intq_check(const dsq_intq_params *p, int64_t cols);
+/* The same question answered yes/no, recording no message (dsq_intq_check
+ * says why not). */
+bool dsq_intq_fits(const dsq_intq_params *p, int64_t cols);
 
 /* Scale and zero of one group of n values under p (p->clip times `clip`; pass
  * 1 for none). `clip` lets a search (AWQ auto-clip, GPTQ MSE) try ratios. */

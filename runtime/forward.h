@@ -1,13 +1,18 @@
-/* The forward pass of a Llama-family model on the CPU backend's op set
- * (runtime/cpu/ops.h): embedding, decoder layers (RMSNorm, RoPE, causal GQA
- * over a KV cache, SwiGLU), final norm and head. Activations are F32; the KV
- * cache is F32, sized when the context is created.
+/* The forward pass: embedding, decoder layers (each the block
+ * implementation of the model's architecture, runtime/block.h), final norm
+ * and head, every op through the context's backend (runtime/backend.h; the
+ * CPU by default). Activations are F32; the block's state (the KV cache) is
+ * sized when the context is created.
  *
  * Hooks let calibration watch the pass: one receives the input of every
- * linear layer (q, k and v see the same matrix), one the hidden state after
- * every decoder layer. A hook returning an error stops the pass with it.
+ * linear layer, named by layer, linear index in the block description
+ * (formats/block.h) and expert (-1 for dense linears; linears of one group
+ * see the same matrix), one the hidden state after every decoder layer. A
+ * hook returning DSQ_STOP ends the pass there (the call returns DSQ_STOP, no
+ * message); any other failure stops it with that error.
  *
- * A context is used by one thread at a time; the ops inside run OpenMP. */
+ * A context is used by one thread at a time; the ops inside run OpenMP with
+ * the context's own thread count. */
 #ifndef DSQ_RUNTIME_FORWARD_H
 #define DSQ_RUNTIME_FORWARD_H
 
@@ -15,18 +20,23 @@
 #include <stdint.h>
 
 #include "core/status.h"
+#include "runtime/backend.h"
 #include "runtime/model.h"
 
 typedef struct dsq_ctx dsq_ctx;
 
-/* x: n_tok x in, the rows the linear `which` of `layer` is about to multiply. */
-typedef dsq_status (*dsq_linear_hook_fn)(void *user, int layer, dsq_linear_id which, const float *x, int n_tok,
+/* x: n_tok x in, the rows linear `linear` (of expert `expert`, -1: not an
+ * expert) of `layer` is about to multiply. */
+typedef dsq_status (*dsq_linear_hook_fn)(void *user, int layer, int linear, int expert, const float *x, int n_tok,
                                          int64_t in);
 /* hidden: n_tok x dim, the residual stream after decoder layer `layer`. */
 typedef dsq_status (*dsq_layer_hook_fn)(void *user, int layer, const float *hidden, int n_tok, int64_t dim);
 
-/* n_ctx: positions the KV cache holds. n_threads <= 0: dsq_cpu_threads()'s default. */
+/* n_ctx: positions the KV cache holds. n_threads <= 0: the backend's default
+ * (for the CPU, dsq_cpu_threads()'s). dsq_ctx_new runs on the CPU backend. */
 dsq_status dsq_ctx_new(const dsq_model *m, int n_ctx, int n_threads, dsq_ctx **out);
+dsq_status dsq_ctx_new_on(const dsq_model *m, const dsq_backend *be, int n_ctx, int n_threads, dsq_ctx **out);
+const dsq_backend *dsq_ctx_backend(const dsq_ctx *c);
 void dsq_ctx_free(dsq_ctx *c);
 const dsq_model *dsq_ctx_model(const dsq_ctx *c);
 int dsq_ctx_n_ctx(const dsq_ctx *c);
@@ -42,6 +52,10 @@ void dsq_ctx_set_llamacpp_act(dsq_ctx *c, bool llamacpp);
  * too, with a polynomial exp in its softmax. Replaces the llamacpp mode (one
  * mode at a time). */
 void dsq_ctx_set_bf16(dsq_ctx *c, bool bf16);
+bool dsq_ctx_bf16(const dsq_ctx *c);
+/* y = x W^T + b for any linear, with the context's backend, threads and
+ * arithmetic (calibration's own products: losses on modified weights). */
+dsq_status dsq_ctx_matmul(dsq_ctx *c, const dsq_linear *W, const float *x, float *y, int n);
 /* Either hook may be NULL. */
 void dsq_ctx_set_hooks(dsq_ctx *c, dsq_linear_hook_fn on_linear, dsq_layer_hook_fn on_layer, void *user);
 
@@ -60,15 +74,20 @@ dsq_status dsq_forward_embed(dsq_ctx *c, const int32_t *tokens, int n, float *hi
 /* Runs decoder layer `layer` in place on hidden (n rows at positions pos0..),
  * storing its keys and values in the cache. */
 dsq_status dsq_forward_layer(dsq_ctx *c, int layer, float *hidden, int n, int pos0);
-/* The two halves of dsq_forward_layer, so a driver can resume a layer in the
- * middle: the attention block (norm, q/k/v, RoPE, attention, o_proj, residual
- * add) and the MLP block (norm, gate/up, SwiGLU, down, residual add), each in
- * place on hidden. Hooks fire as in dsq_forward_layer (the layer hook does not). */
-dsq_status dsq_forward_attn(dsq_ctx *c, int layer, float *hidden, int n, int pos0);
-dsq_status dsq_forward_mlp(dsq_ctx *c, int layer, float *hidden, int n);
-/* The tail of the attention block alone: hidden += o_proj(att), att being the
- * attention output (n x q_dim) a hook captured at o_proj's input. */
-dsq_status dsq_forward_attn_output(dsq_ctx *c, int layer, const float *att, float *hidden, int n);
+/* One half of dsq_forward_layer (formats/block.h: 0 the attention, 1 the
+ * MLP of a Llama block), in place on hidden, so a driver can resume a layer
+ * in the middle. Hooks fire as in dsq_forward_layer (the layer hook does not). */
+dsq_status dsq_forward_half(dsq_ctx *c, int layer, int half, float *hidden, int n, int pos0);
+/* The tail of a half alone: hidden += W x, W the first linear of the half's
+ * tail group and x its input (n rows) as a hook captured it. */
+dsq_status dsq_forward_tail(dsq_ctx *c, int layer, int half, const float *x, float *hidden, int n);
+/* The tail linear's input computed from xn, the half's normed input (the
+ * input of its first group), for n_seq sequences of seqlen rows each at
+ * positions 0..: AWQ's loss runs the half without its residual this way.
+ * work: dsq_forward_tail_work(c, half, n_seq * seqlen) floats. */
+dsq_status dsq_forward_tail_input(dsq_ctx *c, int layer, int half, const float *xn, float *tx, float *work, int n_seq,
+                                  int seqlen);
+int64_t dsq_forward_tail_work(const dsq_ctx *c, int half, int64_t n_tok);
 /* Final norm and head: logits n x vocab. */
 dsq_status dsq_forward_head(dsq_ctx *c, const float *hidden, int n, float *logits);
 

@@ -13,12 +13,15 @@
 #include "formats/hf_names.h"
 #include "runtime/model_quant.h"
 
-static const char *const g_lin_names[DSQ_LIN_COUNT] = {"q", "k", "v", "o", "gate", "up", "down"};
-static const char *const g_lin_gguf[DSQ_LIN_COUNT] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
-                                                      "ffn_gate", "ffn_up", "ffn_down"};
+const char *dsq_model_linear_role(const dsq_model *m, int i)
+{
+    return i >= 0 && i < m->block->n_linears ? m->block->linears[i].role : "?";
+}
 
-const char *dsq_linear_id_name(dsq_linear_id id) { return (unsigned)id < DSQ_LIN_COUNT ? g_lin_names[id] : "?"; }
-const char *dsq_linear_id_gguf(dsq_linear_id id) { return (unsigned)id < DSQ_LIN_COUNT ? g_lin_gguf[id] : "?"; }
+const char *dsq_model_linear_gguf(const dsq_model *m, int i)
+{
+    return i >= 0 && i < m->block->n_linears ? m->block->linears[i].gguf : "?";
+}
 
 static dsq_status keep(dsq_model *m, void *p)
 {
@@ -140,12 +143,14 @@ static dsq_status quant_linear(const dsq_model *m, const dsq_hfq *qc, const char
 
 /* ---- end of quantized HF checkpoints ---- */
 
-static dsq_status load_linear(dsq_model *m, const dsq_hfq *qc, int layer, dsq_linear_id id, int64_t out, int64_t in)
+static dsq_status load_linear(dsq_model *m, const dsq_hfq *qc, int layer, int id)
 {
     char name[96];
     dsq_tensor t;
     dsq_linear *W = &m->layers[layer].lin[id];
-    snprintf(name, sizeof name, "blk.%d.%s.weight", layer, g_lin_gguf[id]);
+    int64_t out, in;
+    dsq_block_linear_shape(m->block, &m->arch, id, &out, &in);
+    snprintf(name, sizeof name, "blk.%d.%s.weight", layer, m->block->linears[id].gguf);
     bool quantized;
     DSQ_TRY(quant_linear(m, qc, name, out, in, W, &quantized));
     if (!quantized) {
@@ -153,7 +158,7 @@ static dsq_status load_linear(dsq_model *m, const dsq_hfq *qc, int layer, dsq_li
         DSQ_TRY(linear_from(m, &t, out, in, W));
     }
     bool found;
-    snprintf(name, sizeof name, "blk.%d.%s.bias", layer, g_lin_gguf[id]);
+    snprintf(name, sizeof name, "blk.%d.%s.bias", layer, m->block->linears[id].gguf);
     DSQ_TRY(find(m, name, &t, &found));
     if (!found) return DSQ_OK;
     const float *b;
@@ -166,19 +171,13 @@ static dsq_status load_layer(dsq_model *m, const dsq_hfq *qc, int l)
     char name[96];
     dsq_tensor t;
     dsq_layer *L = &m->layers[l];
-    snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
-    DSQ_TRY(require(m, name, &t));
-    DSQ_TRY(f32_vector(m, &t, m->dim, &L->attn_norm));
-    snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
-    DSQ_TRY(require(m, name, &t));
-    DSQ_TRY(f32_vector(m, &t, m->dim, &L->ffn_norm));
-    DSQ_TRY(load_linear(m, qc, l, DSQ_LIN_Q, m->q_dim, m->dim));
-    DSQ_TRY(load_linear(m, qc, l, DSQ_LIN_K, m->kv_dim, m->dim));
-    DSQ_TRY(load_linear(m, qc, l, DSQ_LIN_V, m->kv_dim, m->dim));
-    DSQ_TRY(load_linear(m, qc, l, DSQ_LIN_O, m->dim, m->q_dim));
-    DSQ_TRY(load_linear(m, qc, l, DSQ_LIN_GATE, m->ffn_dim, m->dim));
-    DSQ_TRY(load_linear(m, qc, l, DSQ_LIN_UP, m->ffn_dim, m->dim));
-    return load_linear(m, qc, l, DSQ_LIN_DOWN, m->dim, m->ffn_dim);
+    for (int i = 0; i < m->block->n_norms; i++) {
+        snprintf(name, sizeof name, "blk.%d.%s.weight", l, m->block->norms[i].gguf);
+        DSQ_TRY(require(m, name, &t));
+        DSQ_TRY(f32_vector(m, &t, m->dim, &L->norm[i]));
+    }
+    for (int i = 0; i < m->block->n_linears; i++) DSQ_TRY(load_linear(m, qc, l, i));
+    return DSQ_OK;
 }
 
 static dsq_status load_globals(dsq_model *m, const dsq_hfq *qc)
@@ -213,6 +212,7 @@ static dsq_status setup_arch(dsq_model *m)
     DSQ_TRY(dsq_checkpoint_require_arch(m->ckpt));
     m->arch = m->ckpt->arch;
     const dsq_arch *a = &m->arch;
+    m->block = dsq_block_desc_of(a);
     DSQ_TRY(dsq_arch_validate(a, m->ckpt->path));
     if (a->n_layers > 100000 || a->hidden_size > (1 << 20) || a->intermediate_size > (1 << 22) ||
         a->n_heads > 4096 || a->head_dim > 1024)
@@ -262,7 +262,7 @@ void dsq_model_close(dsq_model *m)
     if (!m) return;
     if (m->layers)
         for (int64_t l = 0; l < m->arch.n_layers; l++)
-            for (int i = 0; i < DSQ_LIN_COUNT; i++) dsq_linear_release(&m->layers[l].lin[i]);
+            for (int i = 0; i < m->block->n_linears; i++) dsq_linear_release(&m->layers[l].lin[i]);
     dsq_linear_release(&m->output);
     free(m->layers);
     for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);

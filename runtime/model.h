@@ -1,6 +1,8 @@
-/* A Llama-family model ready to run: Llama 2/3, Mistral, Qwen2 (q/k/v bias),
- * SmolLM, DeepSeek-R1-Distill-Llama/Qwen, from a GGUF file or a Hugging Face
- * folder (formats/checkpoint.h). Weights stay in the checkpoint's mmap; only
+/* A model ready to run: embedding, decoder layers laid out by the
+ * architecture's block description (formats/block.h: Llama 2/3, Mistral,
+ * SmolLM, DeepSeek-R1-Distill-Llama; Qwen2 and R1-Distill-Qwen with q/k/v
+ * biases), final norm and head, from a GGUF file or a Hugging Face folder
+ * (formats/checkpoint.h). Weights stay in the checkpoint's mmap; only
  * small tensors that must change type (norm weights, biases to F32) or that
  * sit misaligned in a safetensors file are copied.
  *
@@ -15,33 +17,25 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "formats/block.h"
 #include "formats/checkpoint.h"
 #include "formats/hf_config.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/linear.h"
 
-typedef enum dsq_linear_id {
-    DSQ_LIN_Q = 0,
-    DSQ_LIN_K,
-    DSQ_LIN_V,
-    DSQ_LIN_O,
-    DSQ_LIN_GATE,
-    DSQ_LIN_UP,
-    DSQ_LIN_DOWN,
-    DSQ_LIN_COUNT
-} dsq_linear_id;
-
+/* One decoder layer, laid out as the model's block description says
+ * (formats/block.h): norm[i] is description norm i, lin[i] linear i. */
 typedef struct dsq_layer {
-    const float *attn_norm; /* [dim] */
-    const float *ffn_norm;  /* [dim] */
+    const float *norm[DSQ_BLOCK_MAX_NORMS]; /* [dim] each */
     /* Any storage; callers may swap one for a quantized version (release the
      * old one first or keep it: the model releases what is here at close). */
-    dsq_linear lin[DSQ_LIN_COUNT];
+    dsq_linear lin[DSQ_BLOCK_MAX_LINEARS];
 } dsq_layer;
 
 typedef struct dsq_model {
     dsq_checkpoint *ckpt; /* owns the mmaps every view points into */
     dsq_arch arch;
+    const dsq_block_desc *block; /* the layers' layout */
     dsq_rope_layout rope_layout;
     const float *rope_freq_factors; /* GGUF rope_freqs.weight (head_dim/2) or NULL */
     int64_t dim, q_dim, kv_dim, ffn_dim, vocab;
@@ -58,9 +52,8 @@ typedef struct dsq_model {
 dsq_status dsq_model_open(const char *path, dsq_model **out);
 void dsq_model_close(dsq_model *m);
 
-/* "q", "k", "v", "o", "gate", "up", "down". */
-const char *dsq_linear_id_name(dsq_linear_id id);
-/* GGUF stem: "attn_q", ..., "ffn_down". */
-const char *dsq_linear_id_gguf(dsq_linear_id id);
+/* Linear i of the block: its role ("q") and GGUF stem ("attn_q"); "?" out of range. */
+const char *dsq_model_linear_role(const dsq_model *m, int i);
+const char *dsq_model_linear_gguf(const dsq_model *m, int i);
 
 #endif

@@ -27,6 +27,7 @@
 
 #include <cmocka.h>
 
+#include "formats/block_llama.h"
 #include "calibration/dataset.h"
 #include "calibration/sequential.h"
 #include "core/status.h"
@@ -207,7 +208,7 @@ static dsq_status on_emit(void *user, const dsq_seq_layer_out *l)
 {
     emitted *e = user;
     e->n_layers_seen[l->layer]++;
-    for (int id = 0; id < DSQ_LIN_COUNT; id++) {
+    for (int id = 0; id < DSQ_LLAMA_N_LINEARS; id++) {
         if (!l->q[id]) continue;
         e->n_q++;
         const dsq_intq *q = l->q[id];
@@ -238,7 +239,7 @@ static double logit_mse(dsq_model *m, const dsq_calib_set *c, const float *ref, 
     return e / (double)(per * (size_t)c->n_samples);
 }
 
-static double run_method(const char *path, dsq_qmethod method, int bits, const dsq_calib_set *c, const float *ref,
+static double run_method(const char *path, const dsq_method *method, int bits, const dsq_calib_set *c, const float *ref,
                          dsq_seq_report *rep)
 {
     dsq_model *m;
@@ -256,12 +257,12 @@ static double run_method(const char *path, dsq_qmethod method, int bits, const d
     dsq_seq_keep *keep = NULL;
     expect_ok(dsq_seq_quantize(m, c, &o, rep, &keep));
     for (int l = 0; l < T_LAYERS; l++) assert_int_equal(e.n_layers_seen[l], 1);
-    assert_int_equal(e.n_q, T_LAYERS * DSQ_LIN_COUNT);
-    assert_int_equal(rep->n_quantized, T_LAYERS * DSQ_LIN_COUNT);
+    assert_int_equal(e.n_q, T_LAYERS * DSQ_LLAMA_N_LINEARS);
+    assert_int_equal(rep->n_quantized, T_LAYERS * DSQ_LLAMA_N_LINEARS);
     assert_true(e.max_dq_err == 0.0);
     /* the model now runs the dequantized weights */
     float row[T_FFN];
-    expect_ok(dsq_linear_rows_f32(&m->layers[1].lin[DSQ_LIN_DOWN], 0, 1, row));
+    expect_ok(dsq_linear_rows_f32(&m->layers[1].lin[DSQ_LLAMA_DOWN], 0, 1, row));
     int distinct = 0; /* 3-bit groups of 32 hold at most 8 values each */
     for (int i = 0; i < 32; i++) {
         int seen = 0;
@@ -288,9 +289,9 @@ static void test_driver_tiny(void **state)
     logit_mse(m, &c, NULL, &ref);
     dsq_model_close(m);
     dsq_seq_report r_rtn, r_awq, r_gptq;
-    double e_rtn = run_method(path, DSQ_QMETHOD_RTN, 3, &c, ref, &r_rtn);
-    double e_awq = run_method(path, DSQ_QMETHOD_AWQ, 3, &c, ref, &r_awq);
-    double e_gptq = run_method(path, DSQ_QMETHOD_GPTQ, 3, &c, ref, &r_gptq);
+    double e_rtn = run_method(path, &dsq_method_rtn, 3, &c, ref, &r_rtn);
+    double e_awq = run_method(path, &dsq_method_awq, 3, &c, ref, &r_awq);
+    double e_gptq = run_method(path, &dsq_method_gptq, 3, &c, ref, &r_gptq);
     print_message("logit MSE vs float: rtn %.5g awq %.5g gptq %.5g\n", e_rtn, e_awq, e_gptq);
     assert_true(e_rtn > 0);
     assert_true(r_awq.awq_loss_best <= r_awq.awq_loss_r0);
@@ -326,7 +327,7 @@ static void test_group_errors(void **state)
     assert_int_equal(r.n_skipped, T_LAYERS * 6);
     o.skip_indivisible = false;
     assert_int_equal(dsq_seq_quantize(m, NULL, &o, &r, NULL), DSQ_ERR_ARG);
-    o.method = DSQ_QMETHOD_GPTQ;
+    o.method = &dsq_method_gptq;
     o.q.group_size = 32;
     assert_int_equal(dsq_seq_quantize(m, NULL, &o, &r, NULL), DSQ_ERR_ARG); /* no calibration data */
     dsq_model_close(m);
@@ -352,13 +353,13 @@ static void prefix_tokens(const dsq_tokenizer *tok, const char *text, size_t len
 
 /* Perplexity (hf protocol, windows of 256) of the default model on two token
  * sets after quantizing every layer with `method` (< 0: the float model). */
-static void smol_ppl(const char *model, dsq_qmethod method, int bits, const dsq_calib_set *c,
+static void smol_ppl(const char *model, const dsq_method *method, int bits, const dsq_calib_set *c,
                      const dsq_tokens *eval[2], double ppl[2])
 {
     dsq_model *m;
     expect_ok(dsq_model_open(model, &m));
     dsq_seq_keep *keep = NULL;
-    if ((int)method >= 0) {
+    if (method) {
         dsq_seq_opts o = dsq_seq_default_opts();
         o.method = method;
         o.q.bits = bits;
@@ -424,11 +425,11 @@ static void test_smollm_awq_gptq_beat_rtn(void **state)
     dsq_calib_set c;
     expect_ok(dsq_calib_sample(cal.ids, (int64_t)cal.n, &co, &c));
     double base[2], rtn[2], awq[2], gptq[2];
-    smol_ppl(model, (dsq_qmethod)-1, 4, &c, ev, base);
+    smol_ppl(model, NULL, 4, &c, ev, base);
     for (int bits = 4; bits >= 3; bits--) {
-        smol_ppl(model, DSQ_QMETHOD_RTN, bits, &c, ev, rtn);
-        smol_ppl(model, DSQ_QMETHOD_AWQ, bits, &c, ev, awq);
-        smol_ppl(model, DSQ_QMETHOD_GPTQ, bits, &c, ev, gptq);
+        smol_ppl(model, &dsq_method_rtn, bits, &c, ev, rtn);
+        smol_ppl(model, &dsq_method_awq, bits, &c, ev, awq);
+        smol_ppl(model, &dsq_method_gptq, bits, &c, ev, gptq);
         for (int k = 0; k < 2; k++) {
             print_message("SmolLM2-135M, every layer %d-bit g64, ppl on %s (6 x 256): base %.3f rtn %.3f awq %.3f "
                           "gptq %.3f\n",

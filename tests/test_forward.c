@@ -21,6 +21,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
+#include "formats/block_llama.h"
 #include "core/dtype.h"
 #include "core/fileio.h"
 #include "core/status.h"
@@ -481,7 +482,8 @@ static void test_rope_layouts_consistent(void **state)
 static void naive_attention(const dsq_attn_shape *s, const float *q, const float *kc, const float *vc, double *out,
                             int n, int pos0)
 {
-    int hd = s->head_dim, qs = s->n_heads * hd, ks = s->n_kv_heads * hd, group = s->n_heads / s->n_kv_heads;
+    int hd = s->head_dim, hv = s->head_dim_v ? s->head_dim_v : hd, qs = s->n_heads * hd, ks = s->n_kv_heads * hd;
+    int vs = s->n_kv_heads * hv, os = s->n_heads * hv, group = s->n_heads / s->n_kv_heads;
     double *p = malloc((size_t)(pos0 + n) * sizeof *p);
     for (int i = 0; i < n; i++)
         for (int h = 0; h < s->n_heads; h++) {
@@ -495,20 +497,22 @@ static void naive_attention(const dsq_attn_shape *s, const float *q, const float
                 mx = fmax(mx, p[j]);
             }
             for (int j = lo; j <= pos; j++) sum += (p[j] = exp(p[j] - mx));
-            for (int e = 0; e < hd; e++) {
+            for (int e = 0; e < hv; e++) {
                 double o = 0;
-                for (int j = lo; j <= pos; j++) o += p[j] / sum * vc[j * ks + g * hd + e];
-                out[i * qs + h * hd + e] = o;
+                for (int j = lo; j <= pos; j++) o += p[j] / sum * vc[j * vs + g * hv + e];
+                out[i * os + h * hv + e] = o;
             }
         }
     free(p);
 }
 
-static void attention_case(int heads, int kv, int hd, int window, int n, int pos0)
+/* hv: the value head dim (0: hd; MLA's value heads are narrower than its query/key heads). */
+static void attention_case_v(int heads, int kv, int hd, int hv, int window, int n, int pos0)
 {
-    dsq_attn_shape s = {heads, kv, hd, window, false};
-    int L = pos0 + n, qs = heads * hd;
-    float *q = randm((size_t)n * qs, 1), *kc = randm((size_t)L * kv * hd, 1), *vc = randm((size_t)L * kv * hd, 1);
+    dsq_attn_shape s = {heads, kv, hd, window, false, hv};
+    int L = pos0 + n, qs = heads * (hv ? hv : hd);
+    float *q = randm((size_t)n * heads * hd, 1), *kc = randm((size_t)L * kv * hd, 1);
+    float *vc = randm((size_t)L * kv * (hv ? hv : hd), 1);
     double *ref = malloc((size_t)n * qs * sizeof *ref);
     naive_attention(&s, q, kc, vc, ref, n, pos0);
     float *out = malloc((size_t)n * qs * sizeof *out);
@@ -533,6 +537,11 @@ static void attention_case(int heads, int kv, int hd, int window, int n, int pos
     free(q), free(kc), free(vc), free(ref), free(out);
 }
 
+static void attention_case(int heads, int kv, int hd, int window, int n, int pos0)
+{
+    attention_case_v(heads, kv, hd, 0, window, n, pos0);
+}
+
 static void test_attention_vs_naive(void **state)
 {
     (void)state;
@@ -543,7 +552,9 @@ static void test_attention_vs_naive(void **state)
     attention_case(2, 1, 8, 9, 3, 20);   /* few rows, windowed */
     attention_case(6, 2, 16, 0, 300, 7); /* several of the taller BF16 blocks */
     attention_case(6, 2, 16, 40, 300, 7);
-    dsq_attn_shape bad = {6, 4, 16, 0, false}; /* heads not a multiple of kv heads */
+    attention_case_v(4, 4, 24, 16, 0, 40, 5); /* value heads narrower than query/key heads (MLA) */
+    attention_case_v(4, 2, 12, 20, 0, 3, 9);  /* wider, decode */
+    dsq_attn_shape bad = {6, 4, 16, 0, false, 0}; /* heads not a multiple of kv heads */
     float z[16] = {0};
     assert_int_equal(dsq_cpu_attention(&bad, z, z, z, z, 1, 0), DSQ_ERR_ARG);
 }
@@ -776,8 +787,8 @@ static void test_tiny_gguf_equals_hf(void **state)
         assert_int_equal(mh->rope_layout, DSQ_ROPE_NEOX);
         assert_int_equal(mg->tied, k == TINY_LLAMA_TIED);
         assert_int_equal(mh->tied, k == TINY_LLAMA_TIED);
-        assert_true((mg->layers[1].lin[DSQ_LIN_K].bias != NULL) == (k == TINY_QWEN2));
-        assert_true((mh->layers[1].lin[DSQ_LIN_K].bias != NULL) == (k == TINY_QWEN2));
+        assert_true((mg->layers[1].lin[DSQ_LLAMA_K].bias != NULL) == (k == TINY_QWEN2));
+        assert_true((mh->layers[1].lin[DSQ_LLAMA_K].bias != NULL) == (k == TINY_QWEN2));
         assert_true((mg->rope_freq_factors != NULL) == (k == TINY_LLAMA3));
         dsq_model_close(mg);
         dsq_model_close(mh);
@@ -793,17 +804,17 @@ static void test_tiny_gguf_equals_hf(void **state)
 }
 
 typedef struct hook_log {
-    int lin_calls[T_LAYERS][DSQ_LIN_COUNT];
+    int lin_calls[T_LAYERS][DSQ_LLAMA_N_LINEARS];
     int layer_calls[T_LAYERS];
     int64_t bad_in;
     float last_hidden[11 * T_HIDDEN];
     int fail_at_layer;
 } hook_log;
 
-static dsq_status on_linear(void *user, int layer, dsq_linear_id which, const float *x, int n_tok, int64_t in)
+static dsq_status on_linear(void *user, int layer, int which, int expert, const float *x, int n_tok, int64_t in)
 {
     hook_log *h = user;
-    int64_t want = which == DSQ_LIN_O ? T_HEADS * T_HD : which == DSQ_LIN_DOWN ? T_FFN : T_HIDDEN;
+    int64_t want = which == DSQ_LLAMA_O ? T_HEADS * T_HD : which == DSQ_LLAMA_DOWN ? T_FFN : T_HIDDEN;
     if (in != want || n_tok != 11 || !isfinite(x[(size_t)n_tok * (size_t)in - 1])) h->bad_in++;
     h->lin_calls[layer][which]++;
     return DSQ_OK;
@@ -826,14 +837,75 @@ typedef struct cap_o {
     int n;
 } cap_o;
 
-static dsq_status capture_o(void *user, int layer, dsq_linear_id which, const float *x, int n_tok, int64_t in)
+static dsq_status capture_o(void *user, int layer, int which, int expert, const float *x, int n_tok, int64_t in)
 {
     cap_o *c = user;
-    if (layer != c->layer || which != DSQ_LIN_O) return DSQ_OK;
+    if (layer != c->layer || which != DSQ_LLAMA_O) return DSQ_OK;
     assert_true((size_t)n_tok * (size_t)in <= sizeof c->x / sizeof *c->x);
     memcpy(c->x, x, (size_t)n_tok * (size_t)in * sizeof *x);
     c->n = n_tok;
     return DSQ_OK;
+}
+
+/* Captures the inputs of linears `a` and `b` of one layer. */
+typedef struct cap2 {
+    int layer, a, b;
+    float xa[11 * 256], xb[11 * 256];
+} cap2;
+
+static dsq_status capture2(void *user, int layer, int which, int expert, const float *x, int n_tok, int64_t in)
+{
+    cap2 *c = user;
+    assert_int_equal(expert, -1);
+    if (layer != c->layer) return DSQ_OK;
+    assert_true((size_t)n_tok * (size_t)in <= sizeof c->xa / sizeof *c->xa);
+    if (which == c->a) memcpy(c->xa, x, (size_t)n_tok * (size_t)in * sizeof *x);
+    if (which == c->b) memcpy(c->xb, x, (size_t)n_tok * (size_t)in * sizeof *x);
+    return DSQ_OK;
+}
+
+/* The tail linear's input computed from the half's normed input is what the
+ * pass itself fed the tail: o_proj's input from q's, down_proj's from gate's. */
+static void tail_inputs_match_captures(dsq_ctx *c, const dsq_model *m)
+{
+    static const int first[2] = {DSQ_LLAMA_Q, DSQ_LLAMA_GATE}, tail[2] = {DSQ_LLAMA_O, DSQ_LLAMA_DOWN};
+    float hid[11 * T_HIDDEN], tx[11 * 256];
+    for (int half = 0; half < 2; half++) {
+        cap2 cp = {1, first[half], tail[half], {0}, {0}};
+        expect_ok(dsq_forward_embed(c, g_tiny_toks, 11, hid));
+        dsq_ctx_set_hooks(c, capture2, NULL, &cp);
+        expect_ok(dsq_forward_layer(c, 0, hid, 11, 0));
+        expect_ok(dsq_forward_layer(c, 1, hid, 11, 0));
+        dsq_ctx_set_hooks(c, NULL, NULL, NULL);
+        int64_t nw = dsq_forward_tail_work(c, half, 11);
+        float *work = malloc((size_t)(nw ? nw : 1) * sizeof *work);
+        expect_ok(dsq_forward_tail_input(c, 1, half, cp.xa, tx, work, 1, 11));
+        int64_t w = m->layers[1].lin[tail[half]].in;
+        assert_memory_equal(tx, cp.xb, (size_t)(11 * w) * sizeof *tx);
+        free(work);
+    }
+}
+
+static dsq_status stop_at_k(void *user, int layer, int which, int expert, const float *x, int n_tok, int64_t in)
+{
+    (void)x, (void)n_tok, (void)in, (void)expert;
+    int *calls = user;
+    (*calls)++;
+    return layer == 0 && which == DSQ_LLAMA_K ? DSQ_STOP : DSQ_OK;
+}
+
+/* DSQ_STOP from a hook ends the pass there: returned as is, no message, no later linear run. */
+static void stop_ends_the_pass(dsq_ctx *c)
+{
+    float hid[11 * T_HIDDEN];
+    int calls = 0;
+    expect_ok(dsq_forward_embed(c, g_tiny_toks, 11, hid));
+    dsq_clear_error();
+    dsq_ctx_set_hooks(c, stop_at_k, NULL, &calls);
+    assert_int_equal(dsq_forward_layer(c, 0, hid, 11, 0), DSQ_STOP);
+    dsq_ctx_set_hooks(c, NULL, NULL, NULL);
+    assert_int_equal(calls, 2); /* q, then k stopped it */
+    assert_string_equal(dsq_errmsg(), "");
 }
 
 static void test_tiny_forward_paths(void **state)
@@ -859,7 +931,7 @@ static void test_tiny_forward_paths(void **state)
     assert_int_equal(h.bad_in, 0);
     for (int l = 0; l < T_LAYERS; l++) {
         assert_int_equal(h.layer_calls[l], 1);
-        for (int i = 0; i < DSQ_LIN_COUNT; i++) assert_int_equal(h.lin_calls[l][i], 1);
+        for (int i = 0; i < DSQ_LLAMA_N_LINEARS; i++) assert_int_equal(h.lin_calls[l][i], 1);
     }
     float *lg2 = malloc(11 * T_VOCAB * sizeof *lg2);
     expect_ok(dsq_forward_head(c, h.last_hidden, 11, lg2));
@@ -883,18 +955,21 @@ static void test_tiny_forward_paths(void **state)
         memcpy(h0, hid, sizeof hid);
         cap_o co = {l, {0}, 0};
         dsq_ctx_set_hooks(c, capture_o, NULL, &co);
-        expect_ok(dsq_forward_attn(c, l, hid, 11, 0));
+        expect_ok(dsq_forward_half(c, l, 0, hid, 11, 0));
         dsq_ctx_set_hooks(c, NULL, NULL, NULL);
         assert_int_equal(co.n, 11);
         memcpy(h1, h0, sizeof h0);
-        expect_ok(dsq_forward_attn_output(c, l, co.x, h1, 11));
+        expect_ok(dsq_forward_tail(c, l, 0, co.x, h1, 11));
         assert_memory_equal(h1, hid, sizeof hid);
-        expect_ok(dsq_forward_mlp(c, l, hid, 11));
+        expect_ok(dsq_forward_half(c, l, 1, hid, 11, 0));
     }
     expect_ok(dsq_forward_head(c, hid, 11, lg));
     assert_close(lg, ref, 11 * T_VOCAB, 1e-6f, "half by half");
-    assert_int_equal(dsq_forward_attn(c, T_LAYERS, hid, 11, 0), DSQ_ERR_ARG);
-    assert_int_equal(dsq_forward_mlp(c, -1, hid, 11), DSQ_ERR_ARG);
+    assert_int_equal(dsq_forward_half(c, T_LAYERS, 0, hid, 11, 0), DSQ_ERR_ARG);
+    assert_int_equal(dsq_forward_half(c, -1, 1, hid, 11, 0), DSQ_ERR_ARG);
+    assert_int_equal(dsq_forward_half(c, 0, 2, hid, 11, 0), DSQ_ERR_ARG);
+    tail_inputs_match_captures(c, m);
+    stop_ends_the_pass(c);
 
     /* BF16 products: close to F32, not equal; back to F32 exactly. */
     dsq_ctx_set_bf16(c, true);
@@ -924,7 +999,7 @@ static void test_tiny_forward_paths(void **state)
     assert_int_equal(dsq_forward_range(c, g_tiny_toks, 3, 0, 3, lg), DSQ_ERR_ARG);
 
     /* A NaN planted in layer 1's down projection is traced to layer 1. */
-    dsq_linear *W = &m->layers[1].lin[DSQ_LIN_DOWN];
+    dsq_linear *W = &m->layers[1].lin[DSQ_LLAMA_DOWN];
     float *w = malloc((size_t)T_HIDDEN * T_FFN * sizeof *w);
     expect_ok(dsq_linear_rows_f32(W, 0, T_HIDDEN, w));
     w[7 * T_FFN + 3] = NAN;
@@ -950,7 +1025,7 @@ static void test_tiny_forward_paths(void **state)
 static void to_q8_0(dsq_model *m)
 {
     for (int l = 0; l < T_LAYERS; l++)
-        for (int i = 0; i < DSQ_LIN_COUNT; i++) {
+        for (int i = 0; i < DSQ_LLAMA_N_LINEARS; i++) {
             dsq_linear *W = &m->layers[l].lin[i];
             float *w = malloc((size_t)(W->out * W->in) * sizeof *w);
             size_t rb = (size_t)(W->in / 32) * 34, n = (size_t)W->out * rb;

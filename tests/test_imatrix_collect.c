@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
+#include "formats/block_llama.h"
 #include "core/fileio.h"
 #include "core/status.h"
 #include "eval/imatrix_collect.h"
@@ -102,12 +103,12 @@ static char *write_tiny(const char *dir)
 /* Sums of x^2 per (layer, linear, column), accumulated by a hook written
  * here, column by column in double. */
 typedef struct direct {
-    double sum[NL][DSQ_LIN_COUNT][FF];
-    int64_t count[NL][DSQ_LIN_COUNT];
-    int ncall[NL][DSQ_LIN_COUNT];
+    double sum[NL][DSQ_LLAMA_N_LINEARS][FF];
+    int64_t count[NL][DSQ_LLAMA_N_LINEARS];
+    int ncall[NL][DSQ_LLAMA_N_LINEARS];
 } direct;
 
-static dsq_status record(void *user, int layer, dsq_linear_id which, const float *x, int n_tok, int64_t in)
+static dsq_status record(void *user, int layer, int which, int expert, const float *x, int n_tok, int64_t in)
 {
     direct *d = user;
     if (n_tok < 16) return DSQ_OK; /* llama.cpp's rule */
@@ -142,9 +143,9 @@ static void compare(const dsq_imatrix *im, const direct *d, const dsq_model *m)
 {
     size_t want = 0;
     for (int l = 0; l < NL; l++)
-        for (int k = 0; k < DSQ_LIN_COUNT; k++) {
+        for (int k = 0; k < DSQ_LLAMA_N_LINEARS; k++) {
             char name[64];
-            snprintf(name, sizeof name, "blk.%d.%s.weight", l, dsq_linear_id_gguf((dsq_linear_id)k));
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, dsq_block_llama.linears[k].gguf);
             const dsq_imatrix_entry *e = dsq_imatrix_find(im, name);
             if (!d->count[l][k]) {
                 assert_null(e);
@@ -201,9 +202,9 @@ static void test_tiny_equals_direct(void **state)
         dsq_imatrix *im;
         expect_ok(dsq_imatrix_collector_result(col, "tiny-text", &im));
         drive(c2, toks, 32, cases[ci].batch ? cases[ci].batch : 32, chunks, cases[ci].bos, &d);
-        assert_int_equal(d.ncall[0][DSQ_LIN_Q], cases[ci].ncall);
+        assert_int_equal(d.ncall[0][DSQ_LLAMA_Q], cases[ci].ncall);
         compare(im, &d, m);
-        assert_int_equal(im->n_entries, NL * DSQ_LIN_COUNT);
+        assert_int_equal(im->n_entries, NL * DSQ_LLAMA_N_LINEARS);
         assert_int_equal(im->last_chunk, cases[ci].ncall);
         assert_string_equal(im->dataset, "tiny-text");
         /* The .dat round trip. */
@@ -243,7 +244,7 @@ static void test_tiny_equals_direct(void **state)
     float bad[16 * H];
     for (int i = 0; i < 16 * H; i++) bad[i] = 1;
     bad[5 * H + 3] = INFINITY;
-    assert_int_equal(dsq_imatrix_collect_hook(col, 1, DSQ_LIN_UP, bad, 16, H), DSQ_ERR_NUMERIC);
+    assert_int_equal(dsq_imatrix_collect_hook(col, 1, DSQ_LLAMA_UP, -1, bad, 16, H), DSQ_ERR_NUMERIC);
     assert_non_null(strstr(dsq_errmsg(), "blk.1.ffn_up.weight"));
     dsq_imatrix_collector_free(col);
     dsq_ctx_free(c), dsq_ctx_free(c2);
@@ -294,12 +295,12 @@ static void test_smollm2_two_chunks(void **state)
         expect_ok(dsq_imatrix_collector_result(col, "wiki", &im[v]));
         dsq_imatrix_collector_free(col);
     }
-    assert_int_equal(im[0]->n_entries, m->arch.n_layers * DSQ_LIN_COUNT);
+    assert_int_equal(im[0]->n_entries, m->arch.n_layers * DSQ_LLAMA_N_LINEARS);
     assert_int_equal(im[0]->last_chunk, 2);
     for (int64_t l = 0; l < m->arch.n_layers; l++)
-        for (int k = 0; k < DSQ_LIN_COUNT; k++) {
+        for (int k = 0; k < DSQ_LLAMA_N_LINEARS; k++) {
             char name[64];
-            snprintf(name, sizeof name, "blk.%d.%s.weight", (int)l, dsq_linear_id_gguf((dsq_linear_id)k));
+            snprintf(name, sizeof name, "blk.%d.%s.weight", (int)l, dsq_block_llama.linears[k].gguf);
             const dsq_imatrix_entry *e = dsq_imatrix_find(im[0], name), *e1 = dsq_imatrix_find(im[1], name);
             if (!e) fail_msg("no entry %s", name);
             /* Sizes of the GGUF weights themselves. */
@@ -338,7 +339,7 @@ static void test_cli(void **state)
     assert_non_null(strstr(err, "Final estimate: PPL"));
     dsq_imatrix *im;
     expect_ok(dsq_imatrix_load(out, &im));
-    assert_int_equal(im->n_entries, 30 * DSQ_LIN_COUNT);
+    assert_int_equal(im->n_entries, 30 * DSQ_LLAMA_N_LINEARS);
     assert_int_equal(im->last_chunk, 2);
     assert_string_equal(im->dataset, data);
     dsq_imatrix_free(im);

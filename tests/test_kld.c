@@ -17,6 +17,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
+#include "formats/block_llama.h"
 #include "core/fileio.h"
 #include "core/status.h"
 #include "eval/kld.h"
@@ -434,7 +435,7 @@ static int32_t *fixture_tokens(int *n)
 static void requantize_q8_0(dsq_model *m)
 {
     for (int64_t l = 0; l < m->arch.n_layers; l++)
-        for (int k = 0; k < DSQ_LIN_COUNT; k++) {
+        for (int k = 0; k < DSQ_LLAMA_N_LINEARS; k++) {
             dsq_linear *W = &m->layers[l].lin[k];
             float *w = malloc((size_t)(W->out * W->in) * sizeof *w);
             expect_ok(dsq_linear_rows_f32(W, 0, W->out, w));

@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
+#include "formats/block_llama.h"
 #include "core/status.h"
 #include "formats/hf_config.h"
 #include "formats/pack_awq.h"
@@ -363,7 +364,7 @@ static void assert_close(const float *a, const float *b, const char *what, const
 static void check_storage(const dsq_model *m, const variant *v)
 {
     for (int l = 0; l < T_LAYERS; l++)
-        for (int i = 0; i < DSQ_LIN_COUNT; i++) {
+        for (int i = 0; i < DSQ_LLAMA_N_LINEARS; i++) {
             char module[96];
             snprintf(module, sizeof module, "model.layers.%d.%s", l,
                      i < 4 ? (const char *[]){"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",

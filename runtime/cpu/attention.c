@@ -19,12 +19,15 @@
 
 static dsq_status check_shape(const dsq_attn_shape *s, int n, int pos0)
 {
-    if (s->n_heads <= 0 || s->n_kv_heads <= 0 || s->head_dim <= 0 || s->n_heads % s->n_kv_heads || n < 0 || pos0 < 0 ||
-        s->window < 0)
+    if (s->n_heads <= 0 || s->n_kv_heads <= 0 || s->head_dim <= 0 || s->head_dim_v < 0 || s->n_heads % s->n_kv_heads ||
+        n < 0 || pos0 < 0 || s->window < 0)
         return dsq_fail(DSQ_ERR_ARG, "attention: bad shape (%d heads, %d kv heads, head_dim %d, %d rows at %d)",
                         s->n_heads, s->n_kv_heads, s->head_dim, n, pos0);
     return DSQ_OK;
 }
+
+/* The value head dim: MLA's differs from the query/key one; 0 means equal. */
+static int vdim(const dsq_attn_shape *s) { return s->head_dim_v > 0 ? s->head_dim_v : s->head_dim; }
 
 /* First key position query position p may see. */
 static int first_key(const dsq_attn_shape *s, int p)
@@ -58,8 +61,9 @@ dsq_status dsq_cpu_attention_rows(const dsq_attn_shape *s, const float *q, const
                                   float *out, int n, int pos0)
 {
     DSQ_TRY(check_shape(s, n, pos0));
-    int hd = s->head_dim, group = s->n_heads / s->n_kv_heads, L = pos0 + n;
+    int hd = s->head_dim, hv = vdim(s), group = s->n_heads / s->n_kv_heads, L = pos0 + n;
     int64_t qs = (int64_t)s->n_heads * hd, ks = (int64_t)s->n_kv_heads * hd;
+    int64_t vs = (int64_t)s->n_kv_heads * hv, os = (int64_t)s->n_heads * hv;
     float scale = 1.0f / sqrtf((float)hd);
     int threads = dsq_cpu_threads();
     float *scores = malloc((size_t)threads * (size_t)(L > 0 ? L : 1) * sizeof(float));
@@ -73,9 +77,9 @@ dsq_status dsq_cpu_attention_rows(const dsq_attn_shape *s, const float *q, const
         const float *qi = q + i * qs + (int64_t)h * hd;
         for (int j = lo; j <= p; j++) sc[j] = dsq_vec_dot_f32(hd, qi, kc + j * ks + (int64_t)g * hd) * scale;
         float inv = 1.0f / exp_shift(sc, lo, p);
-        float *o = out + i * qs + (int64_t)h * hd;
-        memset(o, 0, (size_t)hd * sizeof(float));
-        for (int j = lo; j <= p; j++) dsq_vec_axpy(hd, sc[j] * inv, vc + j * ks + (int64_t)g * hd, o);
+        float *o = out + i * os + (int64_t)h * hv;
+        memset(o, 0, (size_t)hv * sizeof(float));
+        for (int j = lo; j <= p; j++) dsq_vec_axpy(hv, sc[j] * inv, vc + j * vs + (int64_t)g * hv, o);
     }
     free(scores);
     return DSQ_OK;
@@ -95,12 +99,12 @@ static int qblock(const dsq_attn_shape *s) { return s->bf16 ? QBLOCK_BF16 : QBLO
 
 static size_t scratch_bytes(const dsq_attn_shape *s, int L)
 {
-    int hd = s->head_dim;
+    int hd = s->head_dim, hv = vdim(s);
     size_t QB = (size_t)qblock(s);
-    size_t g32 = dsq_gemm_scratch_floats(L, hd), g2 = dsq_gemm_scratch_floats(hd, L);
+    size_t g32 = dsq_gemm_scratch_floats(L, hd), g2 = dsq_gemm_scratch_floats(hv, L);
     size_t gb = (g32 > g2 ? g32 : g2) * sizeof(float);
     if (s->bf16) {
-        size_t b1 = dsq_gemm_bf16_scratch_bytes(L, hd), b2 = dsq_gemm_bf16_scratch_bytes(hd, L);
+        size_t b1 = dsq_gemm_bf16_scratch_bytes(L, hd), b2 = dsq_gemm_bf16_scratch_bytes(hv, L);
         gb = b1 > b2 ? b1 : b2;
         gb += up64(QB * (size_t)dsq_gemm_bf16_lda(hd) * 2) + up64(QB * (size_t)dsq_gemm_bf16_lda(L) * 2);
     }
@@ -144,17 +148,17 @@ static void scores(const dsq_attn_shape *s, const float *q, const float *kc, int
 static void weigh_values(const dsq_attn_shape *s, const float *vc, float *out, int h, int i0, int nb, int lo, int Lk,
                          attn_scratch *a)
 {
-    int hd = s->head_dim, g = h / (s->n_heads / s->n_kv_heads);
-    int64_t qs = (int64_t)s->n_heads * hd, ks = (int64_t)s->n_kv_heads * hd;
-    const float *vr = vc + lo * ks + (int64_t)g * hd;
-    float *o = out + i0 * qs + (int64_t)h * hd;
+    int hv = vdim(s), g = h / (s->n_heads / s->n_kv_heads);
+    int64_t os = (int64_t)s->n_heads * hv, vs = (int64_t)s->n_kv_heads * hv;
+    const float *vr = vc + lo * vs + (int64_t)g * hv;
+    float *o = out + i0 * os + (int64_t)h * hv;
     if (!s->bf16) {
-        dsq_gemm_f32(DSQ_GEMM_BN, nb, hd, Lk, a->S, Lk, vr, ks, o, qs, false, a->gs);
+        dsq_gemm_f32(DSQ_GEMM_BN, nb, hv, Lk, a->S, Lk, vr, vs, o, os, false, a->gs);
         return;
     }
     int64_t ld = dsq_gemm_bf16_lda(Lk);
     dsq_gemm_bf16_round_rows(a->S, Lk, nb, Lk, a->pb, ld);
-    dsq_gemm_bf16(DSQ_GEMM_BN, nb, hd, Lk, a->pb, ld, vr, ks, o, qs, false, a->gs);
+    dsq_gemm_bf16(DSQ_GEMM_BN, nb, hv, Lk, a->pb, ld, vr, vs, o, os, false, a->gs);
 }
 
 /* One block of query rows [i0, i0 + nb) of head h: S = Q K^T over the keys any

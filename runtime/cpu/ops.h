@@ -69,11 +69,15 @@ dsq_status dsq_cpu_matmul(const dsq_linear *W, const float *x, float *y, int n_t
  * pos0 .. pos0+n-1 over cache positions [0, pos0 + n) (only the last `window`
  * positions when window > 0, Mistral's sliding window). Grouped-query: query
  * head h reads kv head h / (n_heads / n_kv_heads).
- * q, out: [n x n_heads*head_dim]; kc, vc: [pos0+n x n_kv_heads*head_dim]. */
+ * Query/key heads and value heads may differ in width (MLA): head_dim is
+ * the query/key width, head_dim_v the value width (0: the same).
+ * q: [n x n_heads*head_dim]; kc: [pos0+n x n_kv_heads*head_dim];
+ * vc: [pos0+n x n_kv_heads*head_dim_v]; out: [n x n_heads*head_dim_v]. */
 typedef struct dsq_attn_shape {
     int n_heads, n_kv_heads, head_dim;
-    int window; /* 0: none */
-    bool bf16;  /* blocked path: Q K^T and P V in BF16 products with the polynomial exp (calibration passes) */
+    int window;     /* 0: none */
+    bool bf16;      /* blocked path: Q K^T and P V in BF16 products with the polynomial exp (calibration passes) */
+    int head_dim_v; /* 0: head_dim */
 } dsq_attn_shape;
 
 dsq_status dsq_cpu_attention(const dsq_attn_shape *s, const float *q, const float *kc, const float *vc, float *out,

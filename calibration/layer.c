@@ -1,0 +1,183 @@
+/* One layer's working copies and the passes over the calibration samples
+ * (calibration/seq_internal.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calibration/seq_internal.h"
+#include "core/fileio.h"
+
+int64_t dsq_seq_lin_out(const dsq_seq_layer *s, int id) { return s->orig[id].out; }
+int64_t dsq_seq_lin_in(const dsq_seq_layer *s, int id) { return s->orig[id].in; }
+
+void dsq_seq_lin_name(const dsq_seq_layer *s, int id, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "model.layers.%d.%s", s->l, s->d->linears[id].hf);
+}
+
+static void lin_view(dsq_linear *W, float *w, float *bias, int64_t out, int64_t in)
+{
+    /* an F32 view cannot fail: F32 rows have no block constraint */
+    (void)dsq_linear_init(W, DSQ_TYPE_F32, w, out, in);
+    W->bias = bias;
+}
+
+static void free_copies(dsq_seq_layer *s)
+{
+    for (int id = 0; id < s->d->n_linears; id++) {
+        free(s->w[id]);
+        free(s->bias[id]);
+        s->w[id] = s->bias[id] = NULL;
+    }
+    for (int i = 0; i < s->d->n_norms; i++) {
+        free(s->norm[i]);
+        s->norm[i] = NULL;
+    }
+}
+
+/* Every copy, before the model is touched. */
+static dsq_status make_copies(dsq_seq_layer *s)
+{
+    const dsq_layer *L = &s->m->layers[s->l];
+    size_t dim = (size_t)s->m->dim;
+    for (int i = 0; i < s->d->n_norms; i++) {
+        if (!(s->norm[i] = malloc(dim * sizeof(float))))
+            return dsq_fail(DSQ_ERR_NOMEM, "layer %d %s: out of memory", s->l, s->d->norms[i].role);
+        memcpy(s->norm[i], L->norm[i], dim * sizeof(float));
+    }
+    for (int id = 0; id < s->d->n_linears; id++) {
+        const dsq_linear *W = &s->orig[id];
+        if (!(s->w[id] = malloc((size_t)(W->out * W->in) * sizeof(float))))
+            return dsq_fail(DSQ_ERR_NOMEM, "layer %d %s: out of memory", s->l, s->d->linears[id].role);
+        DSQ_TRY(dsq_linear_rows_f32(W, 0, W->out, s->w[id]));
+        if (!W->bias) continue;
+        if (!(s->bias[id] = malloc((size_t)W->out * sizeof(float))))
+            return dsq_fail(DSQ_ERR_NOMEM, "layer %d %s: out of memory", s->l, s->d->linears[id].role);
+        memcpy(s->bias[id], W->bias, (size_t)W->out * sizeof(float));
+    }
+    return DSQ_OK;
+}
+
+dsq_status dsq_seq_layer_begin(dsq_seq_layer *s, dsq_model *m, int l, const dsq_seq_opts *o)
+{
+    memset(s, 0, sizeof *s);
+    s->m = m;
+    s->d = m->block;
+    s->l = l;
+    s->o = o;
+    dsq_layer *L = &m->layers[l];
+    for (int i = 0; i < s->d->n_norms; i++) s->orig_norm[i] = L->norm[i];
+    for (int id = 0; id < s->d->n_linears; id++) {
+        s->orig[id] = L->lin[id];
+        s->ok[id] = dsq_intq_fits(&o->q, L->lin[id].in);
+    }
+    dsq_status st = make_copies(s);
+    if (st != DSQ_OK) {
+        free_copies(s);
+        return st;
+    }
+    /* the model now runs on the copies, so every change below is what the forward sees */
+    for (int id = 0; id < s->d->n_linears; id++)
+        lin_view(&L->lin[id], s->w[id], s->bias[id], s->orig[id].out, s->orig[id].in);
+    for (int i = 0; i < s->d->n_norms; i++) L->norm[i] = s->norm[i];
+    s->installed = true;
+    return DSQ_OK;
+}
+
+/* Hands every copy to keep; on failure none has moved and the model is put back. */
+static dsq_status keep_copies(dsq_seq_layer *s, dsq_seq_keep *keep)
+{
+    size_t mark = dsq_seq_keep_mark(keep);
+    dsq_status st = DSQ_OK;
+    for (int id = 0; id < s->d->n_linears && st == DSQ_OK; id++) {
+        st = dsq_seq_keep_add(keep, s->w[id]);
+        if (st == DSQ_OK && s->bias[id]) st = dsq_seq_keep_add(keep, s->bias[id]);
+    }
+    for (int i = 0; i < s->d->n_norms && st == DSQ_OK; i++) st = dsq_seq_keep_add(keep, s->norm[i]);
+    if (st != DSQ_OK) {
+        dsq_seq_keep_rewind(keep, mark);
+        return st;
+    }
+    for (int id = 0; id < s->d->n_linears; id++) {
+        dsq_linear_release(&s->orig[id]);
+        s->w[id] = s->bias[id] = NULL;
+    }
+    for (int i = 0; i < s->d->n_norms; i++) s->norm[i] = NULL;
+    return DSQ_OK;
+}
+
+static void restore(dsq_seq_layer *s)
+{
+    dsq_layer *L = &s->m->layers[s->l];
+    for (int id = 0; id < s->d->n_linears; id++) L->lin[id] = s->orig[id];
+    for (int i = 0; i < s->d->n_norms; i++) L->norm[i] = s->orig_norm[i];
+}
+
+dsq_status dsq_seq_layer_end(dsq_seq_layer *s, dsq_seq_keep *keep)
+{
+    dsq_status st = DSQ_OK;
+    if (s->installed) {
+        /* The layer's input weights are done with: drop their mapped pages so
+         * the resident set stays near one layer whatever the model size. */
+        for (int id = 0; id < s->d->n_linears; id++)
+            if (!s->orig[id].owned && s->orig[id].data)
+                dsq_release_pages(s->orig[id].data, (uint64_t)s->orig[id].out * (uint64_t)s->orig[id].row_bytes);
+        if (keep) st = keep_copies(s, keep);
+        if (!keep || st != DSQ_OK) restore(s);
+        s->installed = false;
+    }
+    free_copies(s);
+    for (int id = 0; id < s->d->n_linears; id++) dsq_intq_free(&s->q[id]);
+    return st;
+}
+
+dsq_status dsq_seq_quantize_rtn(dsq_seq_layer *s, int id, dsq_intq_rule rule)
+{
+    dsq_intq_params p = s->o->q;
+    p.rule = rule;
+    DSQ_TRY(dsq_intq_quantize(s->w[id], dsq_seq_lin_out(s, id), dsq_seq_lin_in(s, id), &p, NULL, &s->q[id]));
+    s->has_q[id] = true;
+    return dsq_intq_dequantize(&s->q[id], s->w[id]);
+}
+
+bool dsq_seq_group_any(const dsq_seq_layer *s, int g)
+{
+    for (int id = 0; id < s->d->n_linears; id++)
+        if (s->d->linears[id].group == g && s->ok[id]) return true;
+    return false;
+}
+
+/* ---- passes ---- */
+
+void dsq_seq_hooks_init(dsq_seq_hooks *h)
+{
+    memset(h, 0, sizeof *h);
+    h->stop_after = -1;
+}
+
+static dsq_status on_linear(void *user, int layer, int which, int expert, const float *x, int n_tok, int64_t in)
+{
+    dsq_seq_hooks *h = user;
+    if (expert >= 0)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "calibration: layer %d: expert linears are not calibrated yet", layer);
+    if (h->cap[which]) memcpy(h->cap[which] + h->row0 * in, x, (size_t)n_tok * (size_t)in * sizeof *x);
+    if (h->H[which]) DSQ_TRY(dsq_hessian_add(h->H[which], x, n_tok));
+    return which == h->stop_after ? DSQ_STOP : DSQ_OK;
+}
+
+dsq_status dsq_seq_run_pass(dsq_seq_runner *r, int l, int half, const float *in, float *out, int n, dsq_seq_hooks *h)
+{
+    size_t rows = (size_t)r->seqlen * (size_t)r->dim;
+    dsq_ctx_set_hooks(r->ctx, h ? on_linear : NULL, NULL, h);
+    dsq_status s = DSQ_OK;
+    for (int i = 0; i < n && s == DSQ_OK; i++) {
+        float *buf = out ? out + (size_t)i * rows : r->scratch;
+        if (buf != in + (size_t)i * rows) memcpy(buf, in + (size_t)i * rows, rows * sizeof *buf);
+        if (h) h->row0 = (int64_t)i * r->seqlen;
+        if (half == DSQ_SEQ_WHOLE_LAYER) s = dsq_forward_layer(r->ctx, l, buf, r->seqlen, 0);
+        else s = dsq_forward_half(r->ctx, l, half, buf, r->seqlen, 0);
+        if (s == DSQ_STOP) s = DSQ_OK; /* the stop we asked for */
+    }
+    dsq_ctx_set_hooks(r->ctx, NULL, NULL, NULL);
+    return s;
+}

@@ -1,0 +1,56 @@
+/* Quantization methods from one table, the way zstd picks its block
+ * compressors: each method is one file (calibration/method_<name>.c) and one
+ * row here, with its name, the statistics of the linear inputs it needs, its
+ * per-layer function and its default output format. The driver
+ * (calibration/sequential.h) collects nothing a method does not ask for and
+ * calls its layer function once per decoder layer. docs/extending.md says how
+ * to add one. */
+#ifndef DSQ_CALIBRATION_METHOD_H
+#define DSQ_CALIBRATION_METHOD_H
+
+#include <stdbool.h>
+
+#include "core/status.h"
+#include "formats/int_artifact.h"
+
+typedef struct dsq_seq_layer dsq_seq_layer;
+typedef struct dsq_seq_runner dsq_seq_runner;
+struct dsq_seq_opts;
+struct dsq_seq_report;
+
+/* Statistics of a linear's input a method needs (bit set). None: the method
+ * looks at no data (no calibration samples are loaded or run). */
+enum {
+    DSQ_STAT_MEAN_ABS = 1 << 0, /* per-channel mean |x| (AWQ's activation scale) */
+    DSQ_STAT_MAX_ABS = 1 << 1,  /* per-channel max |x| (SmoothQuant) */
+    DSQ_STAT_XTX = 1 << 2,      /* X^T X (GPTQ's Hessian, AWQ's quadratic-form loss) */
+    DSQ_STAT_IMATRIX = 1 << 3,  /* llama.cpp's importance matrix (mean x^2) */
+    DSQ_STAT_INPUTS = 1 << 4,   /* the captured inputs themselves (AWQ's search and clip) */
+};
+
+typedef struct dsq_method {
+    const char *name;
+    unsigned stats;
+    dsq_int_format default_format;
+    int default_seqlen; /* calibration window length its reference uses (0: no data) */
+    /* the method's own option checks (NULL: none) */
+    dsq_status (*check)(const struct dsq_seq_opts *o);
+    /* quantizes layer s: hin holds the samples' hidden states entering the
+     * layer, hout receives the states leaving it (the next layer's input);
+     * unused when stats is 0 */
+    dsq_status (*layer)(dsq_seq_layer *s, dsq_seq_runner *r, const float *hin, float *hout,
+                        struct dsq_seq_report *rep);
+} dsq_method;
+
+/* The row named `name`, or NULL (no message: a lookup). */
+const dsq_method *dsq_method_find(const char *name);
+/* Row i of the table, NULL past its end (for listings). */
+const dsq_method *dsq_method_at(int i);
+/* Whether the method runs calibration samples through the model. */
+static inline bool dsq_method_needs_data(const dsq_method *m) { return m->stats != 0; }
+
+extern const dsq_method dsq_method_rtn;
+extern const dsq_method dsq_method_awq;
+extern const dsq_method dsq_method_gptq;
+
+#endif

@@ -1,0 +1,110 @@
+/* True-sequential GPTQ (IST-DASLab/gptq llama.py) over the block
+ * description's groups: each group's Hessian comes from inputs computed with
+ * the earlier groups already quantized, from a pass of the group's half that
+ * stops at the group's first linear. A half's tail group, when its input is
+ * no wider than the hidden states the driver already holds, keeps that input
+ * so the half is finished with one product instead of a second pass (for a
+ * Llama block: o_proj; down_proj's input is wider, so the MLP runs again). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "calibration/method.h"
+#include "calibration/seq_internal.h"
+#include "core/clock.h"
+#include "core/log.h"
+
+static dsq_status quantize_group(dsq_seq_layer *s, int g, const dsq_hessian *H, dsq_seq_report *rep)
+{
+    for (int id = 0; id < s->d->n_linears; id++) {
+        if (s->d->linears[id].group != g || !s->ok[id]) continue;
+        char name[160];
+        dsq_seq_lin_name(s, id, name, sizeof name);
+        dsq_gptq_opts go = dsq_gptq_default_opts();
+        go.q = s->o->q;
+        go.q.rule = DSQ_INTQ_RULE_GPTQ;
+        go.percdamp = s->o->damp;
+        go.act_order = s->o->act_order;
+        go.static_groups = s->o->static_groups;
+        go.name = name;
+        dsq_gptq_report gr;
+        DSQ_TRY(dsq_gptq_quantize(s->w[id], dsq_seq_lin_out(s, id), dsq_seq_lin_in(s, id), H->h, &go, &s->q[id], &gr));
+        s->has_q[id] = true;
+        rep->gptq_loss += gr.loss;
+        DSQ_TRY(dsq_intq_dequantize(&s->q[id], s->w[id]));
+    }
+    return DSQ_OK;
+}
+
+/* Collects group g's Hessian from a pass of its half over in that stops at
+ * the group's first linear (capturing that input into cap when not NULL),
+ * then quantizes the group's linears. */
+static dsq_status gptq_group(dsq_seq_layer *s, dsq_seq_runner *r, int g, const float *in, float *cap,
+                             dsq_seq_report *rep)
+{
+    int first = dsq_block_group_first(s->d, g);
+    dsq_hessian H;
+    DSQ_TRY(dsq_hessian_init(&H, dsq_seq_lin_in(s, first)));
+    H.bf16 = s->o->bf16;
+    dsq_seq_hooks h;
+    dsq_seq_hooks_init(&h);
+    h.H[first] = &H; /* the group's linears share this input */
+    h.cap[first] = cap;
+    h.stop_after = first;
+    double t0 = dsq_now_s();
+    dsq_status st = dsq_seq_run_pass(r, s->l, s->d->groups[g].half, in, NULL, r->n_samples, &h);
+    if (st == DSQ_OK) st = dsq_hessian_finalize(&H);
+    double t1 = dsq_now_s();
+    if (st == DSQ_OK) st = quantize_group(s, g, &H, rep);
+    DSQ_LOGD("gptq layer %d %s group: pass and Hessian %.2f s, quantization %.2f s", s->l, s->d->groups[g].name,
+             t1 - t0, dsq_now_s() - t1);
+    dsq_hessian_free(&H);
+    return st;
+}
+
+/* out = in + the tail product on the captured inputs, sample by sample. */
+static dsq_status finish_half(dsq_seq_layer *s, dsq_seq_runner *r, int half, const float *cap, int64_t in_w,
+                              const float *in, float *out)
+{
+    size_t per = (size_t)r->seqlen * (size_t)in_w, rows = (size_t)r->seqlen * (size_t)r->dim;
+    for (int i = 0; i < r->n_samples; i++) {
+        if (out != in) memcpy(out + (size_t)i * rows, in + (size_t)i * rows, rows * sizeof *out);
+        DSQ_TRY(dsq_forward_tail(r->ctx, s->l, half, cap + (size_t)i * per, out + (size_t)i * rows, r->seqlen));
+    }
+    return DSQ_OK;
+}
+
+/* One half: its groups in order from in, then out = the half's output. */
+static dsq_status gptq_half(dsq_seq_layer *s, dsq_seq_runner *r, int half, const float *in, float *out,
+                            dsq_seq_report *rep)
+{
+    for (int g = 0; g < s->d->n_groups; g++) {
+        const dsq_block_group *gd = &s->d->groups[g];
+        if (gd->half != half || !dsq_seq_group_any(s, g)) continue;
+        int64_t w = dsq_seq_lin_in(s, dsq_block_group_first(s->d, g));
+        if (!gd->tail || w > r->dim) {
+            DSQ_TRY(gptq_group(s, r, g, in, NULL, rep));
+            continue;
+        }
+        float *cap = malloc((size_t)r->seqlen * (size_t)w * (size_t)r->n_samples * sizeof *cap);
+        if (!cap)
+            return dsq_fail(DSQ_ERR_NOMEM, "gptq: out of memory for the %s group's inputs (%d x %d tokens)", gd->name,
+                            r->n_samples, r->seqlen);
+        dsq_status st = gptq_group(s, r, g, in, cap, rep);
+        if (st == DSQ_OK) st = finish_half(s, r, half, cap, w, in, out);
+        free(cap);
+        return st; /* the tail is the half's last group */
+    }
+    return dsq_seq_run_pass(r, s->l, half, in, out, r->n_samples, NULL);
+}
+
+static dsq_status gptq_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *hin, float *hout, dsq_seq_report *rep)
+{
+    const float *in = hin;
+    for (int h = 0; h < s->d->n_halves; h++) {
+        DSQ_TRY(gptq_half(s, r, h, in, hout, rep));
+        in = hout; /* later halves run in place on the output */
+    }
+    return DSQ_OK;
+}
+
+const dsq_method dsq_method_gptq = {"gptq", DSQ_STAT_XTX, DSQ_INT_FORMAT_GPTQ, 2048, NULL, gptq_layer};

@@ -1,0 +1,78 @@
+/* Private to calibration/: what the layer-by-layer driver (sequential.c)
+ * shares with the methods (method_*.c): one layer's F32 working copies, the
+ * hooks that capture linear inputs, and the passes over the samples. */
+#ifndef DSQ_CALIBRATION_SEQ_INTERNAL_H
+#define DSQ_CALIBRATION_SEQ_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "calibration/sequential.h"
+#include "quantizers/gptq.h"
+#include "runtime/forward.h"
+
+/* One layer under quantization: the model runs on F32 copies of its norms
+ * and linears (installed by dsq_seq_layer_begin), so every change a method
+ * makes is what the forward pass sees. */
+struct dsq_seq_layer {
+    dsq_model *m;
+    const dsq_block_desc *d;
+    int l;
+    const dsq_seq_opts *o;
+    dsq_linear orig[DSQ_BLOCK_MAX_LINEARS];
+    const float *orig_norm[DSQ_BLOCK_MAX_NORMS];
+    float *w[DSQ_BLOCK_MAX_LINEARS], *bias[DSQ_BLOCK_MAX_LINEARS];
+    float *norm[DSQ_BLOCK_MAX_NORMS];
+    dsq_intq q[DSQ_BLOCK_MAX_LINEARS];
+    bool has_q[DSQ_BLOCK_MAX_LINEARS], ok[DSQ_BLOCK_MAX_LINEARS];
+    bool installed; /* the copies are in the model */
+};
+
+/* The kept memory: add one block, or take back everything added since a mark
+ * (the blocks stay the caller's). */
+dsq_status dsq_seq_keep_add(dsq_seq_keep *k, void *p);
+size_t dsq_seq_keep_mark(const dsq_seq_keep *k);
+void dsq_seq_keep_rewind(dsq_seq_keep *k, size_t mark);
+
+/* Copies layer l and installs the copies in the model. On failure nothing
+ * of the model has changed and nothing is left allocated. */
+dsq_status dsq_seq_layer_begin(dsq_seq_layer *s, dsq_model *m, int l, const dsq_seq_opts *o);
+/* Puts the model back (keep NULL) or leaves the copies in it, kept alive by
+ * keep; safe after a failed begin. */
+dsq_status dsq_seq_layer_end(dsq_seq_layer *s, dsq_seq_keep *keep);
+
+int64_t dsq_seq_lin_out(const dsq_seq_layer *s, int id);
+int64_t dsq_seq_lin_in(const dsq_seq_layer *s, int id);
+/* "model.layers.N.<hf module path>" of linear id, for messages. */
+void dsq_seq_lin_name(const dsq_seq_layer *s, int id, char *buf, size_t cap);
+/* Quantizes s->w[id] by rule, then replaces it by its dequantized value. */
+dsq_status dsq_seq_quantize_rtn(dsq_seq_layer *s, int id, dsq_intq_rule rule);
+/* Whether any linear of group g may be quantized. */
+bool dsq_seq_group_any(const dsq_seq_layer *s, int g);
+
+/* What a pass's linear hook does. */
+typedef struct dsq_seq_hooks {
+    float *cap[DSQ_BLOCK_MAX_LINEARS]; /* capture buffers [tokens x in] */
+    int64_t row0;                      /* token offset of the current sample */
+    dsq_hessian *H[DSQ_BLOCK_MAX_LINEARS];
+    int stop_after; /* a linear index, or -1: the pass ends (DSQ_STOP) after its hook */
+} dsq_seq_hooks;
+
+/* An empty hook set (no captures, no stop). */
+void dsq_seq_hooks_init(dsq_seq_hooks *h);
+
+typedef struct dsq_seq_runner {
+    dsq_ctx *ctx;
+    int n_samples, seqlen;
+    int64_t dim;
+    float *scratch; /* [seqlen x dim] */
+} dsq_seq_runner;
+
+#define DSQ_SEQ_WHOLE_LAYER (-1)
+
+/* Runs samples [0, n) of layer l, or of its half `half`, from in; out NULL:
+ * results dropped; out == in: in place. A stop asked by h ends each sample's
+ * pass early and is not an error. */
+dsq_status dsq_seq_run_pass(dsq_seq_runner *r, int l, int half, const float *in, float *out, int n, dsq_seq_hooks *h);
+
+#endif

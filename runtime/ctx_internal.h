@@ -1,0 +1,31 @@
+/* Private to runtime/forward.c and runtime/block_*.c: the context's fields
+ * and the helpers a block implementation runs its ops with. */
+#ifndef DSQ_RUNTIME_CTX_INTERNAL_H
+#define DSQ_RUNTIME_CTX_INTERNAL_H
+
+#include "runtime/backend.h"
+#include "runtime/block.h"
+#include "runtime/forward.h"
+
+struct dsq_ctx {
+    const dsq_model *m;
+    const dsq_backend *be;
+    const dsq_block_impl *impl;
+    dsq_exec ex;
+    int n_ctx;
+    dsq_rope rope;
+    void *state; /* the block implementation's (KV cache, scratch) */
+    /* the residual stream of dsq_forward for up to cap rows */
+    int cap;
+    float *h;
+    dsq_linear_hook_fn on_linear;
+    dsq_layer_hook_fn on_layer;
+    void *user;
+    int hooks_off; /* while a NaN is being traced */
+};
+
+/* y = x W^T + b for linear `id` of `layer` (n rows), after the linear hook;
+ * failures name the layer and the linear. */
+dsq_status dsq_ctx_linear(dsq_ctx *c, int layer, int id, const float *x, float *y, int n);
+
+#endif
