@@ -685,25 +685,76 @@ static bool is_signed(dsq_gguf_vtype t)
     return t == DSQ_GGUF_I8 || t == DSQ_GGUF_I16 || t == DSQ_GGUF_I32 || t == DSQ_GGUF_I64;
 }
 
-dsq_status dsq_gguf_get_u64(const dsq_gguf *g, const char *key, uint64_t *out)
+/* ---- lookups: yes/no, no message ---- */
+
+bool dsq_gguf_find_u64(const dsq_gguf *g, const char *key, uint64_t *out)
 {
-    const dsq_gguf_value *v;
-    DSQ_TRY(get_typed(g, key, &v));
+    const dsq_gguf_value *v = dsq_gguf_get(g, key);
+    if (!v) return false;
     if (is_unsigned(v->type)) {
         *out = v->v.u64;
-        return DSQ_OK;
+        return true;
     }
-    if (!is_signed(v->type)) return wrong_type(g, key, v, "an integer");
-    if (v->v.i64 < 0)
-        return dsq_fail(DSQ_ERR_FORMAT, "%s: key '%s' is %lld, expected a non-negative value", g->path, key,
-                        (long long)v->v.i64);
+    if (!is_signed(v->type) || v->v.i64 < 0) return false;
     *out = (uint64_t)v->v.i64;
-    return DSQ_OK;
+    return true;
+}
+
+bool dsq_gguf_find_u32(const dsq_gguf *g, const char *key, uint32_t *out)
+{
+    uint64_t v;
+    if (!dsq_gguf_find_u64(g, key, &v) || v > UINT32_MAX) return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+bool dsq_gguf_find_f32(const dsq_gguf *g, const char *key, float *out)
+{
+    const dsq_gguf_value *v = dsq_gguf_get(g, key);
+    if (!v || (v->type != DSQ_GGUF_F32 && v->type != DSQ_GGUF_F64)) return false;
+    *out = (float)v->v.f64;
+    return true;
+}
+
+bool dsq_gguf_find_bool(const dsq_gguf *g, const char *key, bool *out)
+{
+    const dsq_gguf_value *v = dsq_gguf_get(g, key);
+    if (!v || v->type != DSQ_GGUF_BOOL) return false;
+    *out = v->v.b;
+    return true;
+}
+
+bool dsq_gguf_find_str(const dsq_gguf *g, const char *key, const char **out)
+{
+    const dsq_gguf_value *v = dsq_gguf_get(g, key);
+    if (!v || v->type != DSQ_GGUF_STRING) return false;
+    *out = v->v.str.ptr;
+    return true;
+}
+
+bool dsq_gguf_find_arr(const dsq_gguf *g, const char *key, dsq_gguf_vtype elem_type, const dsq_gguf_array **out)
+{
+    const dsq_gguf_value *v = dsq_gguf_get(g, key);
+    if (!v || v->type != DSQ_GGUF_ARRAY || v->v.arr.elem_type != elem_type) return false;
+    *out = &v->v.arr;
+    return true;
+}
+
+/* ---- typed getters: the lookups, and a message saying why when they answer no ---- */
+
+dsq_status dsq_gguf_get_u64(const dsq_gguf *g, const char *key, uint64_t *out)
+{
+    if (dsq_gguf_find_u64(g, key, out)) return DSQ_OK;
+    const dsq_gguf_value *v;
+    DSQ_TRY(get_typed(g, key, &v));
+    if (!is_signed(v->type) && !is_unsigned(v->type)) return wrong_type(g, key, v, "an integer");
+    return dsq_fail(DSQ_ERR_FORMAT, "%s: key '%s' is %lld, expected a non-negative value", g->path, key,
+                    (long long)v->v.i64);
 }
 
 dsq_status dsq_gguf_get_u32(const dsq_gguf *g, const char *key, uint32_t *out)
 {
-    uint64_t v;
+    uint64_t v = 0;
     DSQ_TRY(dsq_gguf_get_u64(g, key, &v));
     if (v > UINT32_MAX)
         return dsq_fail(DSQ_ERR_FORMAT, "%s: key '%s' is %llu, more than a u32 holds", g->path, key,
@@ -714,44 +765,38 @@ dsq_status dsq_gguf_get_u32(const dsq_gguf *g, const char *key, uint32_t *out)
 
 dsq_status dsq_gguf_get_f32(const dsq_gguf *g, const char *key, float *out)
 {
+    if (dsq_gguf_find_f32(g, key, out)) return DSQ_OK;
     const dsq_gguf_value *v;
     DSQ_TRY(get_typed(g, key, &v));
-    if (v->type != DSQ_GGUF_F32 && v->type != DSQ_GGUF_F64) return wrong_type(g, key, v, "f32 or f64");
-    *out = (float)v->v.f64;
-    return DSQ_OK;
+    return wrong_type(g, key, v, "f32 or f64");
 }
 
 dsq_status dsq_gguf_get_bool(const dsq_gguf *g, const char *key, bool *out)
 {
+    if (dsq_gguf_find_bool(g, key, out)) return DSQ_OK;
     const dsq_gguf_value *v;
     DSQ_TRY(get_typed(g, key, &v));
-    if (v->type != DSQ_GGUF_BOOL) return wrong_type(g, key, v, "bool");
-    *out = v->v.b;
-    return DSQ_OK;
+    return wrong_type(g, key, v, "bool");
 }
 
 dsq_status dsq_gguf_get_str(const dsq_gguf *g, const char *key, const char **out)
 {
+    if (dsq_gguf_find_str(g, key, out)) return DSQ_OK;
     const dsq_gguf_value *v;
     DSQ_TRY(get_typed(g, key, &v));
-    if (v->type != DSQ_GGUF_STRING) return wrong_type(g, key, v, "str");
-    *out = v->v.str.ptr;
-    return DSQ_OK;
+    return wrong_type(g, key, v, "str");
 }
 
 dsq_status dsq_gguf_get_arr(const dsq_gguf *g, const char *key, dsq_gguf_vtype elem_type, const dsq_gguf_array **out)
 {
+    if (dsq_gguf_find_arr(g, key, elem_type, out)) return DSQ_OK;
     const dsq_gguf_value *v;
     DSQ_TRY(get_typed(g, key, &v));
-    if (v->type != DSQ_GGUF_ARRAY || v->v.arr.elem_type != elem_type) {
-        char want[32];
-        snprintf(want, sizeof want, "arr[%s]", dsq_gguf_vtype_name(elem_type));
-        if (v->type != DSQ_GGUF_ARRAY) return wrong_type(g, key, v, want);
-        return dsq_fail(DSQ_ERR_FORMAT, "%s: key '%s' is arr[%s], expected %s", g->path, key,
-                        dsq_gguf_vtype_name(v->v.arr.elem_type), want);
-    }
-    *out = &v->v.arr;
-    return DSQ_OK;
+    char want[32];
+    snprintf(want, sizeof want, "arr[%s]", dsq_gguf_vtype_name(elem_type));
+    if (v->type != DSQ_GGUF_ARRAY) return wrong_type(g, key, v, want);
+    return dsq_fail(DSQ_ERR_FORMAT, "%s: key '%s' is arr[%s], expected %s", g->path, key,
+                    dsq_gguf_vtype_name(v->v.arr.elem_type), want);
 }
 
 /* ---- writer ---- */
@@ -1016,6 +1061,8 @@ dsq_status dsq_gguf_set_str_arr(dsq_gguf_writer *w, const char *key, const char 
     free(tmp);
     return s;
 }
+
+bool dsq_gguf_writer_has(const dsq_gguf_writer *w, const char *key) { return key && writer_find_key(w, key) >= 0; }
 
 dsq_status dsq_gguf_remove(dsq_gguf_writer *w, const char *key)
 {

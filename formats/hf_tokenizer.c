@@ -1765,6 +1765,29 @@ static cJSON *j_tokenizer(const gvocab *v)
 
 /* ============================ GGUF side: tokenizer_config.json and friends */
 
+/* Appends {"name", "template"} to list; tmpl NULL: nothing to append. */
+static dsq_status add_named_template(cJSON *list, const char *name, const char *tmpl)
+{
+    if (!tmpl) return DSQ_OK;
+    cJSON *e = cJSON_CreateObject();
+    bool ok = e && cJSON_AddStringToObject(e, "name", name) && cJSON_AddStringToObject(e, "template", tmpl);
+    if (e) cJSON_AddItemToArray(list, e);
+    return ok ? DSQ_OK : dsq_fail(DSQ_ERR_NOMEM, "out of memory for chat templates");
+}
+
+/* The template tokenizer.chat_templates names, or NULL when the file lacks
+ * it: llama.cpp looks templates up by key and never reads that list, so such
+ * a file loads there, and a warning (not a failed conversion) fits. */
+static dsq_status named_template(const dsq_gguf *g, const char *name, const char **tmpl)
+{
+    char key[256];
+    snprintf(key, sizeof key, "tokenizer.chat_template.%.200s", name);
+    *tmpl = NULL;
+    if (dsq_gguf_get(g, key)) return dsq_gguf_get_str(g, key, tmpl);
+    DSQ_LOGW("%s: tokenizer.chat_templates names template \"%s\" but the file has no %s; left out", g->path, name, key);
+    return DSQ_OK;
+}
+
 /* The chat template(s): a string, or transformers' list form when the GGUF
  * has named templates (tokenizer.chat_templates). NULL result and no error
  * when there is none. */
@@ -1781,20 +1804,16 @@ static dsq_status j_chat_template(const dsq_gguf *g, cJSON **out)
         return dflt && !*out ? dsq_fail(DSQ_ERR_NOMEM, "out of memory for the chat template") : DSQ_OK;
     }
     cJSON *list = cJSON_CreateArray();
-    bool ok = list != NULL;
-    for (uint64_t i = 0; ok && i <= n; i++) {
-        const char *name = i == 0 ? "default" : names[i - 1].ptr, *tmpl = dflt;
-        char key[256];
-        snprintf(key, sizeof key, "tokenizer.chat_template.%.200s", name);
-        if (i > 0 && dsq_gguf_get_str(g, key, &tmpl) != DSQ_OK) return dsq_fail_context(DSQ_ERR_FORMAT, "%s", g->path);
-        if (!tmpl) continue;
-        cJSON *e = cJSON_CreateObject();
-        ok = e && cJSON_AddStringToObject(e, "name", name) && cJSON_AddStringToObject(e, "template", tmpl);
-        if (e) cJSON_AddItemToArray(list, e);
+    if (!list) return dsq_fail(DSQ_ERR_NOMEM, "out of memory for chat templates");
+    dsq_status st = add_named_template(list, "default", dflt);
+    for (uint64_t i = 0; st == DSQ_OK && i < n; i++) {
+        const char *tmpl;
+        st = named_template(g, names[i].ptr, &tmpl);
+        if (st == DSQ_OK) st = add_named_template(list, names[i].ptr, tmpl);
     }
-    if (!ok) {
+    if (st != DSQ_OK) {
         cJSON_Delete(list);
-        return dsq_fail(DSQ_ERR_NOMEM, "out of memory for chat templates");
+        return st;
     }
     *out = list;
     return DSQ_OK;
@@ -1816,9 +1835,9 @@ static int64_t context_length(const dsq_gguf *g)
     const char *arch = NULL;
     char key[128];
     uint64_t n = 0;
-    if (dsq_gguf_get_str(g, "general.architecture", &arch) != DSQ_OK) return -1;
+    if (!dsq_gguf_find_str(g, "general.architecture", &arch)) return -1;
     snprintf(key, sizeof key, "%.64s.context_length", arch);
-    if (!dsq_gguf_get(g, key) || dsq_gguf_get_u64(g, key, &n) != DSQ_OK) return -1;
+    if (!dsq_gguf_find_u64(g, key, &n)) return -1;
     return (int64_t)n;
 }
 
@@ -1826,11 +1845,11 @@ static int64_t context_length(const dsq_gguf *g)
  * the same keys; the tokenizer.json post-processor carries the behaviour. */
 static dsq_status j_tokenizer_config(const gvocab *v, cJSON **out)
 {
-    cJSON *o = cJSON_CreateObject(), *chat = NULL;
-    dsq_status st = o ? j_chat_template(v->g, &chat) : dsq_fail(DSQ_ERR_NOMEM, "out of memory");
+    cJSON *chat = NULL;
+    DSQ_TRY(j_chat_template(v->g, &chat));
+    cJSON *o = cJSON_CreateObject();
     int64_t ctx = context_length(v->g);
-    dsq_clear_error();
-    bool ok = st == DSQ_OK;
+    bool ok = o != NULL;
     if (ok && v->has_add_bos) ok = cJSON_AddBoolToObject(o, "add_bos_token", v->add_bos);
     if (ok && v->has_add_eos) ok = cJSON_AddBoolToObject(o, "add_eos_token", v->add_eos);
     if (ok && v->add_space_prefix >= 0) ok = cJSON_AddBoolToObject(o, "add_prefix_space", v->add_space_prefix);
@@ -1845,7 +1864,7 @@ static dsq_status j_tokenizer_config(const gvocab *v, cJSON **out)
     cJSON_Delete(chat);
     if (!ok) {
         cJSON_Delete(o);
-        return st != DSQ_OK ? st : dsq_fail(DSQ_ERR_NOMEM, "out of memory for tokenizer_config.json");
+        return dsq_fail(DSQ_ERR_NOMEM, "out of memory for tokenizer_config.json");
     }
     *out = o;
     return DSQ_OK;
