@@ -24,6 +24,7 @@
 
 #include "core/fileio.h"
 #include "core/log.h"
+#include "core/utf8.h"
 
 enum {
     TOKENIZER_MAX_BYTES = 512 << 20,
@@ -45,27 +46,6 @@ enum {
 typedef enum vocab_kind { KIND_GPT2, KIND_LLAMA } vocab_kind;
 
 /* ================================================================ helpers */
-
-static size_t utf8_seq_len(unsigned char c)
-{
-    if (c < 0x80) return 1;
-    if ((c & 0xE0) == 0xC0) return 2;
-    if ((c & 0xF0) == 0xE0) return 3;
-    if ((c & 0xF8) == 0xF0) return 4;
-    return 0;
-}
-
-static bool utf8_valid(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq_len((unsigned char)s[i]);
-        if (k == 0 || k > n - i) return false;
-        for (size_t j = 1; j < k; j++)
-            if (((unsigned char)s[i + j] & 0xC0) != 0x80) return false;
-        i += k;
-    }
-    return true;
-}
 
 static bool starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
 
@@ -1226,18 +1206,35 @@ static bool is_gap(const gvocab *v, uint64_t i)
     return gtype(v, i) == TT_UNUSED && is_pad_name(v->tok[i].ptr, (int64_t)i);
 }
 
+/* Whether a GGUF string can become a JSON string unchanged: well-formed
+ * UTF-8 (cJSON copies bytes through, and Python's json, serde_json and
+ * tokenizers reject anything else) without NUL bytes (cJSON would cut the
+ * string there). Replacing bad bytes instead would change a token's text,
+ * and two tokens could then read as one, so the conversion refuses. */
+static bool is_text(const dsq_gguf_str *s)
+{
+    return s->len == strlen(s->ptr) && dsq_utf8_valid(s->ptr, (size_t)s->len);
+}
+
 static dsq_status g_str_arr(const dsq_gguf *g, const char *key, uint64_t *n, const dsq_gguf_str **out)
 {
     const dsq_gguf_array *a = NULL;
     DSQ_TRY(dsq_gguf_get_arr(g, key, DSQ_GGUF_STRING, &a));
     *n = a->n;
     *out = a->data;
-    for (uint64_t i = 0; i < a->n; i++) {
-        const dsq_gguf_str *s = &(*out)[i];
-        if (s->len != strlen(s->ptr) || !utf8_valid(s->ptr, (size_t)s->len))
+    for (uint64_t i = 0; i < a->n; i++)
+        if (!is_text(&(*out)[i]))
             return dsq_fail(DSQ_ERR_FORMAT, "%s: %s[%llu] is not valid UTF-8 text", g->path, key,
                             (unsigned long long)i);
-    }
+    return DSQ_OK;
+}
+
+/* A string key that becomes JSON text (a chat template). */
+static dsq_status g_text(const dsq_gguf *g, const char *key, const char **out)
+{
+    DSQ_TRY(dsq_gguf_get_str(g, key, out));
+    if (!is_text(&dsq_gguf_get(g, key)->v.str))
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: %s is not valid UTF-8 text", g->path, key);
     return DSQ_OK;
 }
 
@@ -1623,9 +1620,11 @@ static bool spm_local_merges(const gvocab *v, const strmap *pieces, uint64_t i, 
     size_t len = (size_t)v->tok[i].len, start = l->n;
     int32_t last = strmap_get(pieces, s, len);
     float score = v->score ? v->score[last] : 0.0f;
-    for (size_t cut = utf8_seq_len((unsigned char)s[0]); cut < len; cut += utf8_seq_len((unsigned char)s[cut])) {
+    /* Pieces are well-formed (g_str_arr checked them), so every cut lands on a character boundary. */
+    for (size_t cut = dsq_utf8_seq_len(s, len), k = cut; k > 0 && cut < len; cut += k) {
         int32_t a = strmap_get(pieces, s, cut), b = strmap_get(pieces, s + cut, len - cut);
         if (a >= 0 && b >= 0 && !merge_push(l, (spm_merge){a, b, score, 0})) return false;
+        k = dsq_utf8_seq_len(s + cut, len - cut);
     }
     if (l->n > start) qsort(l->m + start, l->n - start, sizeof *l->m, cmp_local);
     return true;
@@ -1783,7 +1782,7 @@ static dsq_status named_template(const dsq_gguf *g, const char *name, const char
     char key[256];
     snprintf(key, sizeof key, "tokenizer.chat_template.%.200s", name);
     *tmpl = NULL;
-    if (dsq_gguf_get(g, key)) return dsq_gguf_get_str(g, key, tmpl);
+    if (dsq_gguf_get(g, key)) return g_text(g, key, tmpl);
     DSQ_LOGW("%s: tokenizer.chat_templates names template \"%s\" but the file has no %s; left out", g->path, name, key);
     return DSQ_OK;
 }
@@ -1795,7 +1794,7 @@ static dsq_status j_chat_template(const dsq_gguf *g, cJSON **out)
 {
     *out = NULL;
     const char *dflt = NULL;
-    if (dsq_gguf_get(g, "tokenizer.chat_template")) DSQ_TRY(dsq_gguf_get_str(g, "tokenizer.chat_template", &dflt));
+    if (dsq_gguf_get(g, "tokenizer.chat_template")) DSQ_TRY(g_text(g, "tokenizer.chat_template", &dflt));
     uint64_t n = 0;
     const dsq_gguf_str *names = NULL;
     if (dsq_gguf_get(g, "tokenizer.chat_templates")) DSQ_TRY(g_str_arr(g, "tokenizer.chat_templates", &n, &names));
@@ -1888,24 +1887,21 @@ static dsq_status write_json_file(const char *dir, const char *name, cJSON *o, b
     return dsq_outfile_commit(f);
 }
 
+/* Every file is built before the first is written, so a GGUF that cannot
+ * be converted leaves nothing in dir. */
 static dsq_status write_hf_files(const gvocab *v, const char *dir)
 {
-    cJSON *tok = j_tokenizer(v);
-    if (!tok) return dsq_fail(DSQ_ERR_NOMEM, "out of memory building tokenizer.json");
-    dsq_status st = write_json_file(dir, "tokenizer.json", tok, false);
-    cJSON_Delete(tok);
-    DSQ_TRY(st);
     cJSON *cfg = NULL;
     DSQ_TRY(j_tokenizer_config(v, &cfg));
-    st = write_json_file(dir, "tokenizer_config.json", cfg, true);
+    cJSON *tok = j_tokenizer(v), *map = cJSON_CreateObject();
+    dsq_status st = DSQ_OK;
+    if (!tok) st = dsq_fail(DSQ_ERR_NOMEM, "out of memory building tokenizer.json");
+    else if (!map || !add_special_strings(map, v)) st = dsq_fail(DSQ_ERR_NOMEM, "out of memory for special_tokens_map.json");
+    if (st == DSQ_OK) st = write_json_file(dir, "tokenizer.json", tok, false);
+    if (st == DSQ_OK) st = write_json_file(dir, "tokenizer_config.json", cfg, true);
+    if (st == DSQ_OK) st = write_json_file(dir, "special_tokens_map.json", map, true);
+    cJSON_Delete(tok);
     cJSON_Delete(cfg);
-    DSQ_TRY(st);
-    cJSON *map = cJSON_CreateObject();
-    if (!map || !add_special_strings(map, v)) {
-        cJSON_Delete(map);
-        return dsq_fail(DSQ_ERR_NOMEM, "out of memory for special_tokens_map.json");
-    }
-    st = write_json_file(dir, "special_tokens_map.json", map, true);
     cJSON_Delete(map);
     return st;
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/utf8.h"
 
 #define ST_INDEX_NAME "model.safetensors.index.json"
 #define ST_SINGLE_NAME "model.safetensors"
@@ -37,43 +38,7 @@ static uint64_t read_le64(const uint8_t *p)
     return v;
 }
 
-/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 when invalid
- * (overlong forms, surrogates and code points above U+10FFFF included). */
-static size_t utf8_seq_len(const uint8_t *p, size_t n)
-{
-    uint8_t c = p[0];
-    size_t len;
-    uint32_t cp, min;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2, cp = c & 0x1Fu, min = 0x80;
-    } else if ((c & 0xF0) == 0xE0) {
-        len = 3, cp = c & 0x0Fu, min = 0x800;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4, cp = c & 0x07u, min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (len > n) return 0;
-    for (size_t k = 1; k < len; k++) {
-        if ((p[k] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (p[k] & 0x3Fu);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-
-static bool utf8_valid(const char *s)
-{
-    const uint8_t *p = (const uint8_t *)s;
-    size_t n = strlen(s);
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq_len(p + i, n - i);
-        if (k == 0) return false;
-        i += k;
-    }
-    return true;
-}
+static bool utf8_valid(const char *s) { return dsq_utf8_valid(s, strlen(s)); }
 
 /* What cJSON does not check but the reference parser (serde_json over a Rust
  * str) does: the text is UTF-8 and has no raw control bytes. "\u0000" is
@@ -84,7 +49,7 @@ static dsq_status check_json_text(const char *path, const char *what, const uint
     for (size_t i = 0; i < n;) {
         uint8_t c = p[i];
         if (c >= 0x80) {
-            size_t k = utf8_seq_len(p + i, n - i);
+            size_t k = dsq_utf8_seq_len((const char *)p + i, n - i);
             if (k == 0) return dsq_fail(DSQ_ERR_FORMAT, "%s: %s is not valid UTF-8 at byte %zu", path, what, i);
             i += k;
             continue;

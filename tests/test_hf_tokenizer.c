@@ -690,6 +690,34 @@ static void test_gguf_refusals(void **state)
     const char *bad[3] = {"a", "\xff\xfe", "ab"};
     assert_int_equal(dsq_gguf_set_str_arr(w, "tokenizer.ggml.tokens", bad, NULL, 3), DSQ_OK);
     expect_gguf_fail(dir, w, DSQ_ERR_FORMAT, "tokenizer.ggml.tokens[1]");
+    /* Ill-formed UTF-8 that a lead-byte check lets through would make a
+     * tokenizer.json that Python's json and tokenizers refuse to read. */
+    static const char *const hostile[] = {
+        "\xC0\xAF",         /* overlong '/' */
+        "\xE0\x80\xAF",     /* overlong, 3 bytes */
+        "\xED\xA0\x80",     /* surrogate U+D800 */
+        "\xF4\x90\x80\x80", /* above U+10FFFF */
+        "\xE2\x82",         /* cut off */
+    };
+    for (size_t i = 0; i < sizeof hostile / sizeof hostile[0]; i++) {
+        w = base_writer("gpt2", "gpt-2", 3);
+        assert_int_equal(dsq_gguf_set_str_arr(w, "tokenizer.ggml.merges", merges, NULL, 1), DSQ_OK);
+        const char *toks[3] = {"a", hostile[i], "ab"};
+        assert_int_equal(dsq_gguf_set_str_arr(w, "tokenizer.ggml.tokens", toks, NULL, 3), DSQ_OK);
+        expect_gguf_fail(dir, w, DSQ_ERR_FORMAT, "tokenizer.ggml.tokens[1] is not valid UTF-8");
+        w = base_writer("gpt2", "gpt-2", 3);
+        assert_int_equal(dsq_gguf_set_str_arr(w, "tokenizer.ggml.merges", merges, NULL, 1), DSQ_OK);
+        assert_int_equal(dsq_gguf_set_str(w, "tokenizer.chat_template", hostile[i]), DSQ_OK);
+        expect_gguf_fail(dir, w, DSQ_ERR_FORMAT, "tokenizer.chat_template is not valid UTF-8");
+    }
+    /* A NUL inside a template would cut the JSON string short. */
+    w = base_writer("gpt2", "gpt-2", 3);
+    assert_int_equal(dsq_gguf_set_str_arr(w, "tokenizer.ggml.merges", merges, NULL, 1), DSQ_OK);
+    const char *names[1] = {"rag"};
+    assert_int_equal(dsq_gguf_set_str_arr(w, "tokenizer.chat_templates", names, NULL, 1), DSQ_OK);
+    dsq_gguf_value nul = {.type = DSQ_GGUF_STRING, .v.str = {"R\0x", 3}};
+    assert_int_equal(dsq_gguf_set(w, "tokenizer.chat_template.rag", &nul), DSQ_OK);
+    expect_gguf_fail(dir, w, DSQ_ERR_FORMAT, "tokenizer.chat_template.rag is not valid UTF-8");
     dsq_test_rmtmp(dir);
 }
 
