@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "core/fileio.h"
+#include "core/grow.h"
 #include "core/status.h"
 #include "datasets/registry.h"
 #include "runtime/tokenizer.h"
@@ -174,13 +175,9 @@ static dsq_status parse_ids(const char *s, size_t n, dsq_tokens *v)
         }
         long long id = neg ? -x : x;
         if (id > INT32_MAX || id < INT32_MIN) id = INT32_MIN;
-        if (v->n == v->cap) {
-            size_t cap = v->cap ? v->cap * 2 : 64;
-            int32_t *p = realloc(v->ids, cap * sizeof *p);
-            if (!p) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
-            v->ids = p;
-            v->cap = cap;
-        }
+        int32_t *p = dsq_grow(v->ids, &v->cap, v->n + 1, sizeof *p);
+        if (!p) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
+        v->ids = p;
         v->ids[v->n++] = (int32_t)id;
         i = j;
     }

@@ -17,6 +17,7 @@
 #include "core/clock.h"
 #include "core/dtype.h"
 #include "core/fileio.h"
+#include "core/grow.h"
 #include "core/log.h"
 #include "core/tensor.h"
 #include "formats/checkpoint.h"
@@ -100,13 +101,9 @@ static void plan_free(plan *p)
 
 static dsq_status plan_push(plan *p, plan_item **out)
 {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 64;
-        plan_item *items = realloc(p->items, cap * sizeof *items);
-        if (!items) return dsq_fail(DSQ_ERR_NOMEM, "out of memory planning %zu tensors", cap);
-        p->items = items;
-        p->cap = cap;
-    }
+    plan_item *items = dsq_grow(p->items, &p->cap, p->n + 1, sizeof *items);
+    if (!items) return dsq_fail(DSQ_ERR_NOMEM, "out of memory planning %zu tensors", p->n + 1);
+    p->items = items;
     *out = &p->items[p->n++];
     memset(*out, 0, sizeof **out);
     return DSQ_OK;

@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/grow.h"
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "formats/gguf.c copies little-endian arrays directly; add byte swapping for this host"
 #endif
@@ -847,19 +849,6 @@ void dsq_gguf_writer_free(dsq_gguf_writer *w)
     free(w);
 }
 
-static bool grow(void **arr, size_t *cap, uint64_t need, size_t elem)
-{
-    if (need <= *cap) return true;
-    size_t n = *cap ? *cap * 2 : 16;
-    if (n < need) n = (size_t)need;
-    if (n > SIZE_MAX / elem) return false;
-    void *p = realloc(*arr, n * elem);
-    if (!p) return false;
-    *arr = p;
-    *cap = n;
-    return true;
-}
-
 static dsq_status check_value(const dsq_gguf_value *v, int level);
 
 static dsq_status check_scalar(const dsq_gguf_value *v)
@@ -994,8 +983,9 @@ dsq_status dsq_gguf_set(dsq_gguf_writer *w, const char *key, const dsq_gguf_valu
         return DSQ_OK;
     }
     char *k = arena_strdup(&w->mem, key, strlen(key));
-    if (!k || !grow((void **)&w->kv, &w->kv_cap, w->n_kv + 1, sizeof *w->kv))
-        return dsq_fail(DSQ_ERR_NOMEM, "gguf writer: key '%s': out of memory", key);
+    dsq_gguf_kv *kv = k ? dsq_grow(w->kv, &w->kv_cap, w->n_kv + 1, sizeof *kv) : NULL;
+    if (!kv) return dsq_fail(DSQ_ERR_NOMEM, "gguf writer: key '%s': out of memory", key);
+    w->kv = kv;
     w->kv[w->n_kv++] = (dsq_gguf_kv){k, copy};
     return DSQ_OK;
 }
@@ -1105,8 +1095,9 @@ static dsq_status writer_add_tensor(dsq_gguf_writer *w, const char *name, dsq_ty
     DSQ_TRY(check_tensor(name, type, n_dims, shape, &t));
     if (index_find(&w->t_index, name) >= 0) return dsq_fail(DSQ_ERR_ARG, "duplicate tensor name");
     t.name = arena_strdup(&w->mem, name, strlen(name));
-    if (!t.name || !grow((void **)&w->t, &w->t_cap, w->n_t + 1, sizeof *w->t))
-        return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
+    wtensor *grown = t.name ? dsq_grow(w->t, &w->t_cap, w->n_t + 1, sizeof *grown) : NULL;
+    if (!grown) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
+    w->t = grown;
     int64_t dup;
     DSQ_TRY(index_add(&w->t_index, t.name, w->n_t, &dup));
     w->t[w->n_t++] = t;

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "core/fileio.h"
+#include "core/grow.h"
 #include "core/log.h"
 #include "core/utf8.h"
 
@@ -1586,13 +1587,9 @@ typedef struct merge_list {
 
 static bool merge_push(merge_list *l, spm_merge m)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 4096;
-        spm_merge *nm = realloc(l->m, cap * sizeof *nm);
-        if (!nm) return false;
-        l->m = nm;
-        l->cap = cap;
-    }
+    spm_merge *nm = dsq_grow(l->m, &l->cap, l->n + 1, sizeof *nm);
+    if (!nm) return false;
+    l->m = nm;
     l->m[l->n++] = m;
     return true;
 }

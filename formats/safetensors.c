@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/grow.h"
 #include "core/log.h"
 #include "core/utf8.h"
 
@@ -433,13 +434,9 @@ static dsq_status model_add_file(st_model_impl *mi, dsq_st_file *f)
     m->files[m->n_files] = f;
     uint32_t fi = (uint32_t)m->n_files++;
     size_t need = m->n_tensors + f->n_tensors;
-    if (need > mi->cap_tensors) {
-        size_t cap = need > 2 * mi->cap_tensors ? need : 2 * mi->cap_tensors;
-        struct dsq_st_ref *t = realloc(m->tensors, (cap ? cap : 1) * sizeof *t);
-        if (!t) return nomem(f->map.path);
-        m->tensors = t;
-        mi->cap_tensors = cap;
-    }
+    struct dsq_st_ref *t = dsq_grow(m->tensors, &mi->cap_tensors, need, sizeof *t);
+    if (!t) return nomem(f->map.path);
+    m->tensors = t;
     for (size_t i = 0; i < f->n_tensors; i++) {
         m->tensors[m->n_tensors].file = fi;
         m->tensors[m->n_tensors].idx = (uint32_t)i;
@@ -695,17 +692,12 @@ typedef struct st_sbuf {
 static void sb_put(st_sbuf *b, const char *s, size_t n)
 {
     if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
+    char *p = n < SIZE_MAX - 1 - b->len ? dsq_grow(b->p, &b->cap, b->len + n + 1, 1) : NULL;
+    if (!p) {
+        b->oom = true;
+        return;
     }
+    b->p = p;
     memcpy(b->p + b->len, s, n);
     b->len += n;
     b->p[b->len] = '\0';
@@ -878,13 +870,9 @@ dsq_status dsq_st_writer_add(dsq_st_writer *w, const char *name, dsq_type type, 
     uint64_t nelems, nbytes;
     if (!dsq_mul_dims(shape, n_dims, &nelems) || dsq_type_nbytes(type, nelems, &nbytes) != DSQ_OK)
         return dsq_fail(DSQ_ERR_ARG, "%s/%s: tensor \"%s\": negative dim or size overflow", w->dir, w->base, name);
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? 2 * w->cap : 64;
-        st_wtensor *t = realloc(w->t, cap * sizeof *t);
-        if (!t) return nomem(w->dir);
-        w->t = t;
-        w->cap = cap;
-    }
+    st_wtensor *grown = dsq_grow(w->t, &w->cap, w->n + 1, sizeof *grown);
+    if (!grown) return nomem(w->dir);
+    w->t = grown;
     st_wtensor *t = &w->t[w->n];
     memset(t, 0, sizeof *t);
     t->name = strdup(name);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/grow.h"
 #include "runtime/tok_internal.h"
 
 typedef struct sym {
@@ -79,14 +80,12 @@ void dsq_tok_ws_free(dsq_tok_ws *ws)
     memset(ws, 0, sizeof *ws);
 }
 
+/* The workspace's buffers are void *, so one wrapper serves them all. */
 static dsq_status grow(void **p, size_t *cap, size_t want, size_t elem)
 {
-    if (want <= *cap) return DSQ_OK;
-    if (want > SIZE_MAX / elem) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: text too large");
-    void *q = realloc(*p, want * elem);
+    void *q = dsq_grow(*p, cap, want, elem);
     if (!q) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: out of memory for %zu symbols", want);
     *p = q;
-    *cap = want;
     return DSQ_OK;
 }
 

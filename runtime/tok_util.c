@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/grow.h"
 #include "runtime/tok_internal.h"
 
 /* ---------------------------------------------------------------- arena */
@@ -126,13 +127,9 @@ dsq_status dsq_tok_buf_reserve(dsq_tok_buf *b, size_t extra)
 {
     if (extra > SIZE_MAX / 2 - b->n) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: text too large");
     size_t need = b->n + extra + 1; /* room for a NUL */
-    if (need <= b->cap) return DSQ_OK;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < need) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: out of memory for %zu bytes", cap);
+    char *p = dsq_grow(b->p, &b->cap, need, 1);
+    if (!p) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: out of memory for %zu bytes", need);
     b->p = p;
-    b->cap = cap;
     return DSQ_OK;
 }
 
@@ -153,14 +150,9 @@ void dsq_tok_buf_free(dsq_tok_buf *b)
 
 dsq_status dsq_tokens_push(dsq_tokens *v, int32_t id)
 {
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 256;
-        if (cap > SIZE_MAX / sizeof *v->ids) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: too many tokens");
-        int32_t *p = realloc(v->ids, cap * sizeof *p);
-        if (!p) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: out of memory for %zu token ids", cap);
-        v->ids = p;
-        v->cap = cap;
-    }
+    int32_t *p = dsq_grow(v->ids, &v->cap, v->n + 1, sizeof *p);
+    if (!p) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: out of memory for %zu token ids", v->n + 1);
+    v->ids = p;
     v->ids[v->n++] = id;
     return DSQ_OK;
 }
@@ -174,14 +166,9 @@ void dsq_tokens_free(dsq_tokens *v)
 
 dsq_status dsq_tok_spans_push(dsq_tok_spans *s, size_t start, size_t end)
 {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 64;
-        if (cap > SIZE_MAX / sizeof *s->v) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: too many pieces");
-        dsq_tok_span *p = realloc(s->v, cap * sizeof *p);
-        if (!p) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: out of memory for %zu pieces", cap);
-        s->v = p;
-        s->cap = cap;
-    }
+    dsq_tok_span *p = dsq_grow(s->v, &s->cap, s->n + 1, sizeof *p);
+    if (!p) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: out of memory for %zu pieces", s->n + 1);
+    s->v = p;
     s->v[s->n].start = start;
     s->v[s->n].end = end;
     s->n++;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/fileio.h"
+#include "core/grow.h"
 #include "core/log.h"
 #include "runtime/tok_internal.h"
 
@@ -297,14 +298,9 @@ typedef struct frags {
 
 static dsq_status frags_push(frags *f, frag x)
 {
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 16;
-        if (cap > SIZE_MAX / sizeof *f->v) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: too many fragments");
-        frag *v = realloc(f->v, cap * sizeof *v);
-        if (!v) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: out of memory for %zu fragments", cap);
-        f->v = v;
-        f->cap = cap;
-    }
+    frag *v = dsq_grow(f->v, &f->cap, f->n + 1, sizeof *v);
+    if (!v) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: out of memory for %zu fragments", f->n + 1);
+    f->v = v;
     f->v[f->n++] = x;
     return DSQ_OK;
 }
