@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/grow.h"
+#include "core/strmap.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "formats/gguf.c copies little-endian arrays directly; add byte swapping for this host"
@@ -142,75 +143,19 @@ static char *arena_strdup(arena *a, const char *s, size_t len)
     return p;
 }
 
-/* ---- name index: open addressing over names owned elsewhere ---- */
-
-typedef struct name_slot {
-    const char *name; /* NULL: empty */
-    uint64_t idx;
-} name_slot;
-
-typedef struct name_index {
-    name_slot *slots;
-    size_t cap, count; /* cap is 0 or a power of two */
-} name_index;
-
-static uint64_t hash_name(const char *s)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return h;
-}
-
-static name_slot *index_slot(const name_index *ix, const char *name)
-{
-    size_t i = (size_t)hash_name(name) & (ix->cap - 1);
-    while (ix->slots[i].name && strcmp(ix->slots[i].name, name) != 0) i = (i + 1) & (ix->cap - 1);
-    return &ix->slots[i];
-}
-
-static int64_t index_find(const name_index *ix, const char *name)
-{
-    if (!ix->cap) return -1;
-    const name_slot *s = index_slot(ix, name);
-    return s->name ? (int64_t)s->idx : -1;
-}
-
-static bool index_grow(name_index *ix)
-{
-    size_t cap = ix->cap ? ix->cap * 2 : 16;
-    if (cap > SIZE_MAX / sizeof(name_slot)) return false;
-    name_index bigger = {calloc(cap, sizeof(name_slot)), cap, ix->count};
-    if (!bigger.slots) return false;
-    for (size_t i = 0; i < ix->cap; i++)
-        if (ix->slots[i].name) *index_slot(&bigger, ix->slots[i].name) = ix->slots[i];
-    free(ix->slots);
-    *ix = bigger;
-    return true;
-}
+/* Names are C strings (a GGUF name with a NUL in it is looked up up to the NUL). */
+static int64_t index_find(const dsq_strmap *ix, const char *name) { return dsq_strmap_get(ix, name, strlen(name)); }
 
 /* Adds name -> idx. *dup gets the index already holding name, or -1 when added. */
-static dsq_status index_add(name_index *ix, const char *name, uint64_t idx, int64_t *dup)
+static dsq_status index_add(dsq_strmap *ix, const char *name, uint64_t idx, int64_t *dup)
 {
-    *dup = index_find(ix, name);
-    if (*dup >= 0) return DSQ_OK;
-    if ((ix->count + 1) * 2 > ix->cap && !index_grow(ix)) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
-    name_slot *s = index_slot(ix, name);
-    s->name = name;
-    s->idx = idx;
-    ix->count++;
-    return DSQ_OK;
-}
-
-static void index_free(name_index *ix)
-{
-    free(ix->slots);
-    memset(ix, 0, sizeof *ix);
+    return dsq_strmap_put(ix, name, strlen(name), (int64_t)idx, dup);
 }
 
 /* What dsq_gguf.arena points to. */
 typedef struct gguf_store {
     arena mem;
-    name_index keys, tensors;
+    dsq_strmap keys, tensors;
 } gguf_store;
 
 /* "key 'name'" for messages: at most 96 bytes of the name, unprintables as '?'. */
@@ -625,8 +570,8 @@ void dsq_gguf_close(dsq_gguf *g)
     gguf_store *st = g->arena;
     if (st) {
         arena_free(&st->mem);
-        index_free(&st->keys);
-        index_free(&st->tensors);
+        dsq_strmap_free(&st->keys);
+        dsq_strmap_free(&st->tensors);
         free(st);
     }
     free(g->path);
@@ -821,7 +766,7 @@ struct dsq_gguf_writer {
     wtensor *t;
     uint64_t n_t;
     size_t t_cap;
-    name_index t_index;
+    dsq_strmap t_index;
     wstate state;
     char *path;
     dsq_outfile *out;
@@ -842,7 +787,7 @@ void dsq_gguf_writer_free(dsq_gguf_writer *w)
     if (!w) return;
     dsq_outfile_abort(w->out);
     arena_free(&w->mem);
-    index_free(&w->t_index);
+    dsq_strmap_free(&w->t_index);
     free(w->kv);
     free(w->t);
     free(w->path);

@@ -25,6 +25,7 @@
 #include "core/fileio.h"
 #include "core/grow.h"
 #include "core/log.h"
+#include "core/strmap.h"
 #include "core/utf8.h"
 
 enum {
@@ -100,68 +101,6 @@ static bool is_pad_name(const char *s, int64_t id)
     char buf[32];
     snprintf(buf, sizeof buf, "[PAD%lld]", (long long)id);
     return !strcmp(s, buf);
-}
-
-/* ====================================================== string -> id map */
-
-typedef struct strmap {
-    const char **keys;
-    int32_t *vals;
-    size_t cap; /* power of two */
-} strmap;
-
-static uint64_t hash_str(const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
-}
-
-static dsq_status strmap_init(strmap *m, size_t n)
-{
-    m->cap = 16;
-    while (m->cap < 2 * n + 1) m->cap *= 2;
-    m->keys = calloc(m->cap, sizeof *m->keys);
-    m->vals = calloc(m->cap, sizeof *m->vals);
-    if (!m->keys || !m->vals) {
-        free(m->keys);
-        free(m->vals);
-        m->keys = NULL;
-        m->vals = NULL;
-        return dsq_fail(DSQ_ERR_NOMEM, "out of memory for a %zu-entry token map", n);
-    }
-    return DSQ_OK;
-}
-
-static void strmap_free(strmap *m)
-{
-    free(m->keys);
-    free(m->vals);
-    m->keys = NULL;
-    m->vals = NULL;
-}
-
-/* Slot of key (n bytes, the key itself NUL-terminated at n in the map). */
-static size_t strmap_slot(const strmap *m, const char *s, size_t n)
-{
-    size_t i = (size_t)hash_str(s, n) & (m->cap - 1);
-    while (m->keys[i] && !(strlen(m->keys[i]) == n && !memcmp(m->keys[i], s, n))) i = (i + 1) & (m->cap - 1);
-    return i;
-}
-
-static int32_t strmap_get(const strmap *m, const char *s, size_t n)
-{
-    size_t i = strmap_slot(m, s, n);
-    return m->keys[i] ? m->vals[i] : -1;
-}
-
-/* Keeps the first value for a key; the key must outlive the map. */
-static void strmap_put(strmap *m, const char *s, int32_t v)
-{
-    size_t i = strmap_slot(m, s, strlen(s));
-    if (m->keys[i]) return;
-    m->keys[i] = s;
-    m->vals[i] = v;
 }
 
 /* ================================================== pre-tokenizer table */
@@ -728,15 +667,16 @@ static bool merge_parts(const cJSON *m, const char **a, size_t *alen, const char
  * and byte/control tokens keep 0; they never result from a merge. */
 static dsq_status vocab_llama_scores(const hf_files *f, vocab *v)
 {
-    strmap m;
-    DSQ_TRY(strmap_init(&m, (size_t)v->n));
-    for (int64_t i = 0; i < v->n; i++)
-        if (v->type[i] == TT_NORMAL) strmap_put(&m, v->text[i], (int32_t)i);
-    uint8_t *seen = calloc((size_t)v->n, 1);
+    size_t n = v->n > 0 ? (size_t)v->n : 0;
+    dsq_strmap m = {0};
+    dsq_status st = dsq_strmap_reserve(&m, n);
+    for (int64_t i = 0; st == DSQ_OK && i < v->n; i++)
+        if (v->type[i] == TT_NORMAL) st = dsq_strmap_put(&m, v->text[i], strlen(v->text[i]), i, NULL);
+    uint8_t *seen = calloc(n ? n : 1, 1);
     char *buf = NULL;
     size_t cap = 0;
     int64_t rank = 0;
-    dsq_status st = seen ? DSQ_OK : dsq_fail(DSQ_ERR_NOMEM, "out of memory for merge ranks");
+    if (st == DSQ_OK && !seen) st = dsq_fail(DSQ_ERR_NOMEM, "out of memory for merge ranks");
     const cJSON *mg, *list = st == DSQ_OK ? v->merges : (cJSON *)NULL;
     cJSON_ArrayForEach(mg, list)
     {
@@ -758,7 +698,7 @@ static dsq_status vocab_llama_scores(const hf_files *f, vocab *v)
         }
         memcpy(buf, a, alen);
         strcpy(buf + alen, b);
-        int32_t id = strmap_get(&m, buf, need - 1);
+        int64_t id = dsq_strmap_get(&m, buf, need - 1);
         if (id >= 0 && !seen[id]) {
             seen[id] = 1;
             v->score[id] = (float)-rank;
@@ -767,7 +707,7 @@ static dsq_status vocab_llama_scores(const hf_files *f, vocab *v)
     }
     free(buf);
     free(seen);
-    strmap_free(&m);
+    dsq_strmap_free(&m);
     return st;
 }
 
@@ -1550,17 +1490,21 @@ static cJSON *j_decoder(const gvocab *v)
 
 /* model.vocab: every token but the converter's "[PAD<id>]" fillers; a text
  * that repeats keeps its first id (a JSON object cannot hold both). */
-static cJSON *j_vocab(const gvocab *v, strmap *seen)
+static cJSON *j_vocab(const gvocab *v, dsq_strmap *seen)
 {
     cJSON *o = cJSON_CreateObject();
     uint64_t dups = 0;
     for (uint64_t i = 0; o && i < v->n; i++) {
         if (is_gap(v, i)) continue;
-        if (strmap_get(seen, v->tok[i].ptr, (size_t)v->tok[i].len) >= 0) {
+        int64_t first;
+        if (dsq_strmap_put(seen, v->tok[i].ptr, (size_t)v->tok[i].len, (int64_t)i, &first) != DSQ_OK) {
+            cJSON_Delete(o);
+            return NULL;
+        }
+        if (first >= 0) {
             dups++;
             continue;
         }
-        strmap_put(seen, v->tok[i].ptr, (int32_t)i);
         if (!cJSON_AddNumberToObject(o, v->tok[i].ptr, (double)i)) {
             cJSON_Delete(o);
             return NULL;
@@ -1611,15 +1555,15 @@ static int cmp_score_desc(const void *a, const void *b)
 /* All splits of piece i whose halves are both pieces, sorted by the halves'
  * ids, appended to l. pieces maps a text to its last id (a Python dict
  * built in id order keeps the last). */
-static bool spm_local_merges(const gvocab *v, const strmap *pieces, uint64_t i, merge_list *l)
+static bool spm_local_merges(const gvocab *v, const dsq_strmap *pieces, uint64_t i, merge_list *l)
 {
     const char *s = v->tok[i].ptr;
     size_t len = (size_t)v->tok[i].len, start = l->n;
-    int32_t last = strmap_get(pieces, s, len);
+    int64_t last = dsq_strmap_get(pieces, s, len);
     float score = v->score ? v->score[last] : 0.0f;
     /* Pieces are well-formed (g_str_arr checked them), so every cut lands on a character boundary. */
     for (size_t cut = dsq_utf8_seq_len(s, len), k = cut; k > 0 && cut < len; cut += k) {
-        int32_t a = strmap_get(pieces, s, cut), b = strmap_get(pieces, s + cut, len - cut);
+        int32_t a = (int32_t)dsq_strmap_get(pieces, s, cut), b = (int32_t)dsq_strmap_get(pieces, s + cut, len - cut);
         if (a >= 0 && b >= 0 && !merge_push(l, (spm_merge){a, b, score, 0})) return false;
         k = dsq_utf8_seq_len(s + cut, len - cut);
     }
@@ -1632,25 +1576,25 @@ static bool spm_local_merges(const gvocab *v, const strmap *pieces, uint64_t i, 
  * piece's score, highest first. */
 static dsq_status spm_merges(const gvocab *v, merge_list *l)
 {
-    strmap pieces, first;
-    DSQ_TRY(strmap_init(&pieces, (size_t)v->n));
-    dsq_status st = strmap_init(&first, (size_t)v->n);
-    if (st != DSQ_OK) {
-        strmap_free(&pieces);
-        return st;
-    }
-    for (uint64_t i = v->n; i-- > 0;)
-        if (!is_gap(v, i)) strmap_put(&pieces, v->tok[i].ptr, (int32_t)i);
+    /* pieces maps a text to its last id (a Python dict built in id order):
+     * filled from the end, since the first put stays. */
+    dsq_strmap pieces = {0}, first = {0};
+    dsq_status st = dsq_strmap_reserve(&pieces, (size_t)v->n);
+    if (st == DSQ_OK) st = dsq_strmap_reserve(&first, (size_t)v->n);
+    for (uint64_t i = v->n; st == DSQ_OK && i-- > 0;)
+        if (!is_gap(v, i)) st = dsq_strmap_put(&pieces, v->tok[i].ptr, (size_t)v->tok[i].len, (int64_t)i, NULL);
     for (uint64_t i = 0; i < v->n && st == DSQ_OK; i++) {
-        if (is_gap(v, i) || strmap_get(&first, v->tok[i].ptr, (size_t)v->tok[i].len) >= 0) continue;
-        strmap_put(&first, v->tok[i].ptr, (int32_t)i);
+        if (is_gap(v, i)) continue;
+        int64_t seen;
+        st = dsq_strmap_put(&first, v->tok[i].ptr, (size_t)v->tok[i].len, (int64_t)i, &seen);
+        if (st != DSQ_OK || seen >= 0) continue;
         if (v->tok[i].len > 0 && !spm_local_merges(v, &pieces, i, l))
             st = dsq_fail(DSQ_ERR_NOMEM, "out of memory deriving merges");
     }
     for (size_t k = 0; k < l->n; k++) l->m[k].seq = (uint32_t)k;
     if (st == DSQ_OK && l->n) qsort(l->m, l->n, sizeof *l->m, cmp_score_desc);
-    strmap_free(&pieces);
-    strmap_free(&first);
+    dsq_strmap_free(&pieces);
+    dsq_strmap_free(&first);
     return st;
 }
 
@@ -1722,8 +1666,8 @@ fail:
 
 static cJSON *j_model(const gvocab *v)
 {
-    strmap seen;
-    if (strmap_init(&seen, (size_t)v->n) != DSQ_OK) return NULL;
+    dsq_strmap seen = {0};
+    if (dsq_strmap_reserve(&seen, (size_t)v->n) != DSQ_OK) return NULL;
     cJSON *o = j_typed("BPE");
     bool llama = v->kind == KIND_LLAMA;
     const char *unk = llama && v->id[SP_UNK] >= 0 ? v->tok[v->id[SP_UNK]].ptr : NULL;
@@ -1734,7 +1678,7 @@ static cJSON *j_model(const gvocab *v)
         cJSON_AddBoolToObject(o, "fuse_unk", llama) && cJSON_AddBoolToObject(o, "byte_fallback", llama) &&
         cJSON_AddBoolToObject(o, "ignore_merges", !llama && v->row->ignore_merges) &&
         add_obj(o, "vocab", j_vocab(v, &seen)) && add_obj(o, "merges", j_merges(v));
-    strmap_free(&seen);
+    dsq_strmap_free(&seen);
     if (!ok) {
         cJSON_Delete(o);
         return NULL;
