@@ -10,6 +10,7 @@
 #include "core/fileio.h"
 #include "core/grow.h"
 #include "core/status.h"
+#include "core/utf8.h"
 #include "datasets/registry.h"
 #include "runtime/tokenizer.h"
 
@@ -192,7 +193,10 @@ static dsq_status decode_one(const dsq_tokenizer *t, const opts *o, const char *
     size_t len = 0;
     DSQ_TRY(dsq_tokenizer_decode(t, v->ids, v->n, flags, &text, &len));
     if (o->json) {
-        cJSON *js = cJSON_CreateString(text);
+        /* Ids can cut a character in two; JSON output must still parse. */
+        char *shown = dsq_utf8_repair(text, len);
+        cJSON *js = shown ? cJSON_CreateString(shown) : NULL;
+        free(shown);
         char *p = js ? cJSON_PrintUnformatted(js) : NULL;
         cJSON_Delete(js);
         if (!p) {

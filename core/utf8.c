@@ -1,6 +1,8 @@
 #include "core/utf8.h"
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 size_t dsq_utf8_seq_len(const char *s, size_t n)
 {
@@ -44,4 +46,47 @@ size_t dsq_utf8_invalid_at(const char *s, size_t n)
         i += k;
     }
     return n;
+}
+
+/* Bytes of the ill-formed sequence at p to replace as one: a lead byte and
+ * as many following bytes as could still have continued it (Unicode 3.9,
+ * "maximal subpart"), or the single byte when it cannot start one. */
+static size_t maximal_subpart(const uint8_t *p, size_t n)
+{
+    uint8_t c = p[0], lo = 0x80, hi = 0xBF;
+    size_t len;
+    if (c >= 0xC2 && c <= 0xDF) {
+        len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    } else {
+        return 1;
+    }
+    size_t k = 1;
+    if (k < n && p[k] >= lo && p[k] <= hi)
+        for (k++; k < len && k < n && (p[k] & 0xC0) == 0x80;) k++;
+    return k;
+}
+
+char *dsq_utf8_repair(const char *s, size_t n)
+{
+    if (n > (SIZE_MAX - 1) / 3) return NULL;
+    char *out = malloc(3 * n + 1);
+    if (!out) return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t k = dsq_utf8_seq_len(s + i, n - i);
+        if (k > 0) {
+            memcpy(out + o, s + i, k);
+            o += k, i += k;
+            continue;
+        }
+        memcpy(out + o, "\xEF\xBF\xBD", 3);
+        o += 3;
+        i += maximal_subpart((const uint8_t *)s + i, n - i);
+    }
+    out[o] = '\0';
+    return out;
 }

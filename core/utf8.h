@@ -20,4 +20,11 @@ size_t dsq_utf8_invalid_at(const char *s, size_t n);
 
 static inline bool dsq_utf8_valid(const char *s, size_t n) { return dsq_utf8_invalid_at(s, n) == n; }
 
+/* For text shown to people or other tools (info --json, decoded tokens), not
+ * for data that must round-trip: a malloc'd, NUL-terminated copy of s[0..n)
+ * with each maximal ill-formed subpart replaced by U+FFFD, the substitution
+ * Unicode recommends (Python's errors="replace" and WHATWG's decoder agree).
+ * NULL when out of memory. */
+char *dsq_utf8_repair(const char *s, size_t n);
+
 #endif
