@@ -83,7 +83,7 @@ static void test_growth(void **state)
 {
     (void)state;
     enum { N = 100000 };
-    char (*keys)[12] = malloc(N * sizeof *keys);
+    char (*keys)[16] = malloc(N * sizeof *keys);
     assert_non_null(keys);
     dsq_strmap m = {0};
     for (int i = 0; i < N; i++) {
