@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "core/dtype.h"
+#include "core/utf8.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "formats/checkpoint.h"
@@ -267,12 +268,12 @@ static int info_text(const dsq_checkpoint *c, bool tensors)
 
 /* ---------------------------------------------------------------- JSON */
 
+/* GGUF strings are meant to be UTF-8 but a file can hold anything: what
+ * cannot be JSON text is shown as U+FFFD, so the output always parses. */
 static cJSON *json_str_n(const char *s, uint64_t len)
 {
-    char *tmp = malloc((size_t)len + 1);
+    char *tmp = dsq_utf8_repair(s, (size_t)len);
     if (!tmp) return NULL;
-    memcpy(tmp, s, (size_t)len);
-    tmp[len] = '\0';
     cJSON *j = cJSON_CreateString(tmp);
     free(tmp);
     return j;
@@ -341,7 +342,7 @@ static dsq_status json_tensors(const dsq_checkpoint *c, cJSON *arr)
         dsq_tensor x;
         DSQ_TRY(dsq_checkpoint_tensor(c, i, &x));
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "name", x.name);
+        cJSON_AddItemToObject(o, "name", json_str_n(x.name, strlen(x.name)));
         cJSON_AddStringToObject(o, "dtype", dsq_type_name(x.type));
         cJSON *sh = cJSON_AddArrayToObject(o, "shape");
         for (int d = 0; d < x.n_dims; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)x.shape[d]));
@@ -373,8 +374,12 @@ static cJSON *json_metadata(const dsq_checkpoint *c)
 {
     cJSON *o = cJSON_CreateObject();
     if (c->gguf) {
-        for (uint64_t i = 0; i < c->gguf->n_kv; i++)
-            cJSON_AddItemToObject(o, c->gguf->kv[i].key, json_value(&c->gguf->kv[i].value));
+        for (uint64_t i = 0; i < c->gguf->n_kv; i++) {
+            const char *key = c->gguf->kv[i].key;
+            char *shown = dsq_utf8_repair(key, strlen(key));
+            if (shown) cJSON_AddItemToObject(o, shown, json_value(&c->gguf->kv[i].value));
+            free(shown);
+        }
         return o;
     }
     for (size_t f = 0; f < c->st->n_files; f++) {

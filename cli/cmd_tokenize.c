@@ -8,7 +8,9 @@
 
 #include "cli/commands.h"
 #include "core/fileio.h"
+#include "core/grow.h"
 #include "core/status.h"
+#include "core/utf8.h"
 #include "datasets/registry.h"
 #include "runtime/tokenizer.h"
 
@@ -174,13 +176,9 @@ static dsq_status parse_ids(const char *s, size_t n, dsq_tokens *v)
         }
         long long id = neg ? -x : x;
         if (id > INT32_MAX || id < INT32_MIN) id = INT32_MIN;
-        if (v->n == v->cap) {
-            size_t cap = v->cap ? v->cap * 2 : 64;
-            int32_t *p = realloc(v->ids, cap * sizeof *p);
-            if (!p) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
-            v->ids = p;
-            v->cap = cap;
-        }
+        int32_t *p = dsq_grow(v->ids, &v->cap, v->n + 1, sizeof *p);
+        if (!p) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
+        v->ids = p;
         v->ids[v->n++] = (int32_t)id;
         i = j;
     }
@@ -195,7 +193,10 @@ static dsq_status decode_one(const dsq_tokenizer *t, const opts *o, const char *
     size_t len = 0;
     DSQ_TRY(dsq_tokenizer_decode(t, v->ids, v->n, flags, &text, &len));
     if (o->json) {
-        cJSON *js = cJSON_CreateString(text);
+        /* Ids can cut a character in two; JSON output must still parse. */
+        char *shown = dsq_utf8_repair(text, len);
+        cJSON *js = shown ? cJSON_CreateString(shown) : NULL;
+        free(shown);
         char *p = js ? cJSON_PrintUnformatted(js) : NULL;
         cJSON_Delete(js);
         if (!p) {

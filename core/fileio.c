@@ -152,10 +152,15 @@ dsq_status dsq_read_file(const char *path, size_t max_size, char **out, size_t *
 
 /* ---- paths ---- */
 
-dsq_status dsq_path_join(char *buf, size_t cap, const char *dir, const char *name)
+bool dsq_path_join_fits(char *buf, size_t cap, const char *dir, const char *name)
 {
     int n = (dir && dir[0]) ? snprintf(buf, cap, "%s/%s", dir, name) : snprintf(buf, cap, "%s", name);
-    if (n < 0 || (size_t)n >= cap) return dsq_fail(DSQ_ERR_ARG, "%s/%s: path too long", dir, name);
+    return n >= 0 && (size_t)n < cap;
+}
+
+dsq_status dsq_path_join(char *buf, size_t cap, const char *dir, const char *name)
+{
+    if (!dsq_path_join_fits(buf, cap, dir, name)) return dsq_fail(DSQ_ERR_ARG, "%s/%s: path too long", dir, name);
     return DSQ_OK;
 }
 

@@ -66,7 +66,9 @@ dsq_status dsq_outdir_file(const dsq_outdir *d, const char *name, char *buf, siz
 dsq_status dsq_outdir_commit(dsq_outdir *d);
 void dsq_outdir_abort(dsq_outdir *d);
 
-/* Small helpers. */
+/* Small helpers. dir/name (name alone when dir is NULL or "") into buf;
+ * _fits answers false, recording no message, when the path does not fit. */
+bool dsq_path_join_fits(char *buf, size_t cap, const char *dir, const char *name);
 dsq_status dsq_path_join(char *buf, size_t cap, const char *dir, const char *name);
 bool dsq_is_dir(const char *path);
 bool dsq_exists(const char *path);

@@ -106,11 +106,7 @@ static bool try_dir(const char *dir, const char *file, char *out, size_t cap)
         snprintf(alt, sizeof alt, "%.500s.zst", file);
     const char *cands[2] = {file, alt};
     for (int i = 0; i < 2; i++) {
-        if (dsq_path_join(out, cap, dir, cands[i]) != DSQ_OK) {
-            dsq_clear_error();
-            continue;
-        }
-        if (dsq_exists(out) && !dsq_is_dir(out)) return true;
+        if (dsq_path_join_fits(out, cap, dir, cands[i]) && dsq_exists(out) && !dsq_is_dir(out)) return true;
     }
     return false;
 }

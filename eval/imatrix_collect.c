@@ -6,7 +6,8 @@
 #include <string.h>
 
 #include "core/clock.h"
-#include "kernels/cpu.h"
+#include "eval/chunks.h"
+#include "eval/nll.h"
 
 typedef struct entry {
     double *sum2; /* [in] */
@@ -153,44 +154,17 @@ dsq_status dsq_imatrix_tokenize(const dsq_tokenizer *tok, const char *text, size
     return dsq_tokenizer_encode(tok, text, len, true, false, out);
 }
 
-/* perplexity.cpp's log_softmax NLL: float max, double sum of expf. */
-static double nll(const float *lg, int64_t v, int32_t tok)
-{
-    float mx = lg[0];
-    for (int64_t i = 1; i < v; i++) mx = lg[i] > mx ? lg[i] : mx;
-    double s = 0;
-    for (int64_t i = 0; i < v; i++) s += expf(lg[i] - mx);
-    return -((double)(lg[tok] - mx) - log(s));
-}
+/* The chunk pass's rows callback: position p predicts the stream's token p + 1. */
+typedef struct scorer {
+    const int32_t *orig;
+    int64_t vocab;
+    dsq_nll_acc *acc;
+} scorer;
 
-typedef struct ppl_acc {
-    double nll, nll2;
-    int64_t count;
-} ppl_acc;
-
-/* One chunk: forward calls of `batch` tokens; rows from ctx/2 on give logits
- * for the perplexity unless no_ppl. */
-static dsq_status run_chunk(dsq_ctx *c, const int32_t *chunk, const int32_t *orig, const dsq_imatrix_opts *o, int batch,
-                            float *logits, ppl_acc *a)
+static dsq_status score(void *user, int pos, int n, const float *logits)
 {
-    int ctx = o->ctx, first = ctx / 2;
-    int64_t v = dsq_ctx_model(c)->vocab;
-    for (int b0 = 0; b0 < ctx; b0 += batch) {
-        int nb = ctx - b0 < batch ? ctx - b0 : batch;
-        int from = first > b0 ? first : b0, last = b0 + nb - 1 < ctx - 2 ? b0 + nb - 1 : ctx - 2;
-        if (o->no_ppl || from > last) {
-            DSQ_TRY(dsq_forward_range(c, chunk + b0, nb, b0, nb - 1, NULL));
-            continue;
-        }
-        DSQ_TRY(dsq_forward_range(c, chunk + b0, nb, b0, from - b0, logits));
-        double s = 0, s2 = 0;
-#pragma omp parallel for reduction(+ : s, s2) schedule(static) num_threads(dsq_cpu_threads())
-        for (int p = from; p <= last; p++) {
-            double x = nll(logits + (size_t)(p - from) * (size_t)v, v, orig[p + 1]);
-            s += x, s2 += x * x;
-        }
-        a->nll += s, a->nll2 += s2, a->count += last - from + 1;
-    }
+    const scorer *s = user;
+    dsq_nll_acc_rows(s->acc, logits, s->vocab, s->orig + pos + 1, n);
     return DSQ_OK;
 }
 
@@ -204,13 +178,11 @@ static dsq_status check_run(const dsq_ctx *c, int64_t n_tokens, const dsq_imatri
                         (long long)n_tokens, o->ctx, 2 * (long long)o->ctx);
     if (o->bos >= dsq_ctx_model(c)->vocab)
         return dsq_fail(DSQ_ERR_ARG, "imatrix: BOS id %d outside the vocabulary", (int)o->bos);
-    int64_t max = n_tokens / o->ctx;
-    if (max > 1 << 30) max = 1 << 30;
-    *n_chunks = o->chunks > 0 && o->chunks < max ? o->chunks : (int)max;
+    *n_chunks = dsq_chunk_count(n_tokens, o->ctx, o->chunks, 1 << 30);
     return DSQ_OK;
 }
 
-static void report(const dsq_imatrix_opts *o, int done, int n, const ppl_acc *a, double t0)
+static void report(const dsq_imatrix_opts *o, int done, int n, const dsq_nll_acc *a, double t0)
 {
     if (!o->progress) return;
     double el = dsq_now_s() - t0;
@@ -227,34 +199,30 @@ dsq_status dsq_imatrix_run(dsq_ctx *c, dsq_imatrix_collector *col, const int32_t
     DSQ_TRY(check_run(c, n_tokens, o, &n_chunks));
     int ctx = o->ctx, batch = o->batch > 0 && o->batch < ctx ? o->batch : ctx;
     int rows = batch < ctx - ctx / 2 ? batch : ctx - ctx / 2;
-    float *logits = o->no_ppl ? NULL : malloc((size_t)rows * (size_t)dsq_ctx_model(c)->vocab * sizeof *logits);
-    int32_t *chunk = malloc((size_t)ctx * sizeof *chunk);
-    if ((!logits && !o->no_ppl) || !chunk) {
-        free(logits), free(chunk);
-        return dsq_fail(DSQ_ERR_NOMEM, "imatrix: out of memory");
-    }
+    int64_t vocab = dsq_ctx_model(c)->vocab;
+    float *logits = o->no_ppl ? NULL : malloc((size_t)rows * (size_t)vocab * sizeof *logits);
+    if (!logits && !o->no_ppl) return dsq_fail(DSQ_ERR_NOMEM, "imatrix: out of memory");
+    dsq_chunk_iter it;
+    dsq_status s = dsq_chunk_iter_init(&it, tokens, ctx, n_chunks, o->bos >= 0 ? o->bos : -1);
+    dsq_nll_acc a = {0, 0, 0};
+    scorer sc = {NULL, vocab, &a};
+    /* Rows from ctx/2 on give the perplexity (positions up to ctx-2 have a next token), unless no_ppl. */
+    dsq_chunk_pass pass = {ctx, batch, ctx / 2, o->no_ppl ? -1 : ctx - 2, logits, false, score, &sc};
     dsq_ctx_set_hooks(c, dsq_imatrix_collect_hook, NULL, col);
-    ppl_acc a = {0, 0, 0};
     double t0 = dsq_now_s();
-    dsq_status s = DSQ_OK;
-    for (int i = 0; i < n_chunks && s == DSQ_OK; i++) {
-        const int32_t *orig = tokens + (size_t)i * (size_t)ctx;
-        memcpy(chunk, orig, (size_t)ctx * sizeof *chunk);
-        if (o->bos >= 0) chunk[0] = o->bos;
-        s = run_chunk(c, chunk, orig, o, batch, logits, &a);
+    const int32_t *chunk;
+    for (int i = 0; s == DSQ_OK && dsq_chunk_next(&it, &chunk, &sc.orig); i++) {
+        s = dsq_chunk_forward(c, chunk, &pass);
         if (s != DSQ_OK) s = dsq_fail_context(s, "imatrix chunk %d", i + 1);
         else report(o, i + 1, n_chunks, &a, t0);
     }
     dsq_ctx_set_hooks(c, NULL, NULL, NULL);
-    free(logits), free(chunk);
+    free(logits);
+    dsq_chunk_iter_free(&it);
     DSQ_TRY(s);
     r->n_chunks = n_chunks;
     r->n_tokens = (int64_t)n_chunks * ctx;
     r->seconds = dsq_now_s() - t0;
-    if (a.count) {
-        double m = a.nll / (double)a.count, v = a.nll2 / (double)a.count - m * m;
-        r->ppl = exp(m);
-        r->ppl_err = v > 0 && a.count > 1 ? sqrt(v / (double)(a.count - 1)) * r->ppl : 0;
-    }
+    dsq_nll_acc_ppl(&a, &r->ppl, &r->ppl_err);
     return DSQ_OK;
 }

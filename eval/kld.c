@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "eval/chunks.h"
 #include "eval/kld_file.h"
 #include "kernels/cpu.h"
 
@@ -255,8 +256,9 @@ typedef struct run {
     int ctx, batch, first, rows, n_chunks;
     int32_t bos;
     int64_t vocab;
-    int32_t *chunk;  /* ctx tokens, BOS put first */
-    float *logits;   /* (ctx - first) x vocab */
+    dsq_chunk_iter it;
+    const int32_t *chunk; /* ctx tokens, BOS put first */
+    float *logits;        /* (ctx - first) x vocab */
     uint8_t *packed; /* rows packed base rows */
     dsq_kld_acc *acc;
     const dsq_kld_opts *o;
@@ -265,17 +267,8 @@ typedef struct run {
 /* Logits of positions first .. ctx-1 of the chunk into R->logits. */
 static dsq_status chunk_logits(run *R, dsq_ctx *c)
 {
-    for (int b0 = 0; b0 < R->ctx; b0 += R->batch) {
-        int nb = R->ctx - b0 < R->batch ? R->ctx - b0 : R->batch;
-        int from = R->first > b0 ? R->first : b0;
-        if (from > b0 + nb - 1) {
-            DSQ_TRY(dsq_forward_range(c, R->chunk + b0, nb, b0, nb - 1, NULL));
-            continue;
-        }
-        float *dst = R->logits + (size_t)(from - R->first) * (size_t)R->vocab;
-        DSQ_TRY(dsq_forward_range(c, R->chunk + b0, nb, b0, from - b0, dst));
-    }
-    return DSQ_OK;
+    dsq_chunk_pass pass = {R->ctx, R->batch, R->first, R->ctx - 1, R->logits, true, NULL, NULL};
+    return dsq_chunk_forward(c, R->chunk, &pass);
 }
 
 static dsq_status base_rows(run *R)
@@ -306,10 +299,8 @@ static void report(const run *R, int done, double t0)
 static dsq_status run_chunks(run *R, dsq_kld_result *r)
 {
     double t0 = dsq_now_s();
-    for (int i = 0; i < R->n_chunks; i++) {
-        const int32_t *src = R->tokens + (size_t)i * (size_t)R->ctx;
-        memcpy(R->chunk, src, (size_t)R->ctx * sizeof *R->chunk);
-        if (R->bos >= 0) R->chunk[0] = R->bos;
+    const int32_t *src;
+    for (int i = 0; dsq_chunk_next(&R->it, &R->chunk, &src); i++) {
         dsq_status s = base_rows(R);
         if (s == DSQ_OK && R->quant) s = chunk_logits(R, R->quant);
         if (s == DSQ_OK && R->quant)
@@ -331,17 +322,17 @@ static dsq_status run_alloc(run *R)
     R->first = R->ctx / 2;
     R->rows = R->ctx - 1 - R->first;
     R->batch = R->o->batch > 0 && R->o->batch < R->ctx ? R->o->batch : R->ctx;
-    R->chunk = malloc((size_t)R->ctx * sizeof *R->chunk);
+    DSQ_TRY(dsq_chunk_iter_init(&R->it, R->tokens, R->ctx, R->n_chunks, R->bos));
     R->logits = malloc((size_t)(R->ctx - R->first) * (size_t)R->vocab * sizeof *R->logits);
     R->packed = malloc((size_t)R->rows * dsq_kld_row_bytes(R->vocab));
-    if (!R->chunk || !R->logits || !R->packed)
+    if (!R->logits || !R->packed)
         return dsq_fail(DSQ_ERR_NOMEM, "kld: out of memory for %d rows of %lld logits", R->rows, (long long)R->vocab);
     return dsq_kld_acc_new(&R->acc);
 }
 
 static void run_free(run *R)
 {
-    free(R->chunk);
+    dsq_chunk_iter_free(&R->it);
     free(R->logits);
     free(R->packed);
     dsq_kld_acc_free(R->acc);
@@ -370,9 +361,7 @@ static dsq_status compute_args(run *R, int64_t n_tokens)
         return dsq_fail(DSQ_ERR_ARG, "kld: the text has %lld tokens; a context of %d needs at least %lld",
                         (long long)n_tokens, o->ctx, 2 * (long long)o->ctx);
     if (o->bos >= R->vocab) return dsq_fail(DSQ_ERR_ARG, "kld: BOS id %d outside the vocabulary", (int)o->bos);
-    int64_t max = n_tokens / o->ctx;
-    if (max > (int64_t)DSQ_KLD_MAX_TOKENS / o->ctx) max = (int64_t)DSQ_KLD_MAX_TOKENS / o->ctx;
-    R->n_chunks = o->chunks > 0 && o->chunks < max ? o->chunks : (int)max;
+    R->n_chunks = dsq_chunk_count(n_tokens, o->ctx, o->chunks, (int64_t)DSQ_KLD_MAX_TOKENS / o->ctx);
     R->ctx = o->ctx;
     R->bos = o->bos < 0 ? -1 : o->bos;
     return DSQ_OK;

@@ -5,7 +5,8 @@
 #include <string.h>
 
 #include "core/clock.h"
-#include "kernels/cpu.h"
+#include "eval/chunks.h"
+#include "eval/nll.h"
 
 const char *dsq_ppl_protocol_name(dsq_ppl_protocol p) { return p == DSQ_PPL_HF ? "hf" : "llamacpp"; }
 
@@ -29,62 +30,24 @@ void dsq_ppl_opts_default(dsq_ppl_opts *o)
     o->bos = -1;
 }
 
-/* perplexity.cpp's log_softmax: -(logit[tok] - max - log(sum expf(l - max))). */
-static double token_nll(const float *logits, int64_t vocab, int32_t tok)
-{
-    float mx = logits[0];
-    for (int64_t i = 1; i < vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
-    double sum = 0;
-    for (int64_t i = 0; i < vocab; i++) sum += expf(logits[i] - mx);
-    return -((double)(logits[tok] - mx) - log(sum));
-}
+/* The chunk pass's rows callback: position p predicts chunk[p + 1]. */
+typedef struct scorer {
+    const int32_t *chunk;
+    int64_t vocab;
+    dsq_nll_acc *acc;
+} scorer;
 
-typedef struct acc {
-    double nll, nll2;
-    int64_t count;
-} acc;
-
-/* Scores rows of logits: row r predicts targets[r]. */
-static void score_rows(const float *logits, int64_t vocab, const int32_t *targets, int rows, acc *a)
+static dsq_status score(void *user, int pos, int n, const float *logits)
 {
-    double nll = 0, nll2 = 0;
-#pragma omp parallel for reduction(+ : nll, nll2) schedule(static) num_threads(dsq_cpu_threads())
-    for (int r = 0; r < rows; r++) {
-        double v = token_nll(logits + (size_t)r * (size_t)vocab, vocab, targets[r]);
-        nll += v;
-        nll2 += v * v;
-    }
-    a->nll += nll;
-    a->nll2 += nll2;
-    a->count += rows;
-}
-
-/* One chunk: positions [0, ctx) of toks, scoring the rows whose position is
- * in [first, ctx - 1) against the next token. */
-static dsq_status run_chunk(dsq_ctx *c, const int32_t *toks, int ctx, int batch, int first, float *logits, acc *a)
-{
-    int64_t vocab = dsq_ctx_model(c)->vocab;
-    for (int b0 = 0; b0 < ctx; b0 += batch) {
-        int nb = ctx - b0 < batch ? ctx - b0 : batch;
-        int last = b0 + nb - 1 < ctx - 2 ? b0 + nb - 1 : ctx - 2; /* last scored position in this batch */
-        int from = first > b0 ? first : b0;
-        if (from > last) {
-            DSQ_TRY(dsq_forward_range(c, toks + b0, nb, b0, nb - 1, NULL));
-            continue;
-        }
-        DSQ_TRY(dsq_forward_range(c, toks + b0, nb, b0, from - b0, logits));
-        score_rows(logits, vocab, toks + from + 1, last - from + 1, a);
-    }
+    const scorer *s = user;
+    dsq_nll_acc_rows(s->acc, logits, s->vocab, s->chunk + pos + 1, n);
     return DSQ_OK;
 }
 
-static void finish(const acc *a, dsq_ppl_result *r)
+static void finish(const dsq_nll_acc *a, dsq_ppl_result *r)
 {
-    double mean = a->nll / (double)a->count, mean2 = a->nll2 / (double)a->count;
-    r->nll_mean = mean;
-    r->ppl = exp(mean);
-    double var = mean2 - mean * mean;
-    r->ppl_err = var > 0 && a->count > 1 ? sqrt(var / (double)(a->count - 1)) * r->ppl : 0;
+    r->nll_mean = a->nll / (double)a->count;
+    dsq_nll_acc_ppl(a, &r->ppl, &r->ppl_err);
     r->n_scored = a->count;
 }
 
@@ -97,15 +60,13 @@ static dsq_status check_opts(const dsq_ctx *c, const dsq_ppl_opts *o, int64_t n_
     if (n_tokens < need)
         return dsq_fail(DSQ_ERR_ARG, "perplexity: the text has %lld tokens; a context of %d needs at least %lld",
                         (long long)n_tokens, o->ctx, (long long)need);
-    int64_t max = n_tokens / o->ctx;
-    if (max > 1 << 30) max = 1 << 30;
-    *n_chunks = o->chunks > 0 && o->chunks < max ? o->chunks : (int)max;
+    *n_chunks = dsq_chunk_count(n_tokens, o->ctx, o->chunks, 1 << 30);
     if (o->protocol == DSQ_PPL_LLAMACPP && o->add_bos && (o->bos < 0 || o->bos >= dsq_ctx_model(c)->vocab))
         return dsq_fail(DSQ_ERR_ARG, "perplexity: BOS id %d is outside the vocabulary", (int)o->bos);
     return DSQ_OK;
 }
 
-static void report(const dsq_ppl_opts *o, int done, int n_chunks, const acc *a, double t0)
+static void report(const dsq_ppl_opts *o, int done, int n_chunks, const dsq_nll_acc *a, double t0)
 {
     if (!o->progress) return;
     double el = dsq_now_s() - t0;
@@ -126,24 +87,22 @@ dsq_status dsq_ppl_tokens(dsq_ctx *c, const int32_t *tokens, int64_t n_tokens, c
     int64_t vocab = dsq_ctx_model(c)->vocab;
     int rows = batch < ctx - first ? batch : ctx - first;
     float *logits = malloc((size_t)rows * (size_t)vocab * sizeof(float));
-    int32_t *chunk = malloc((size_t)ctx * sizeof(int32_t));
-    if (!logits || !chunk) {
-        free(logits);
-        free(chunk);
-        return dsq_fail(DSQ_ERR_NOMEM, "perplexity: out of memory for %d rows of logits", rows);
-    }
-    acc a = {0, 0, 0};
+    if (!logits) return dsq_fail(DSQ_ERR_NOMEM, "perplexity: out of memory for %d rows of logits", rows);
+    dsq_chunk_iter it;
+    int32_t bos = o->protocol == DSQ_PPL_LLAMACPP && o->add_bos ? o->bos : -1;
+    dsq_status s = dsq_chunk_iter_init(&it, tokens, ctx, n_chunks, bos);
+    dsq_nll_acc a = {0, 0, 0};
+    scorer sc = {NULL, vocab, &a};
+    /* Positions first .. ctx-2 are scored against the next token. */
+    dsq_chunk_pass pass = {ctx, batch, first, ctx - 2, logits, false, score, &sc};
     double t0 = dsq_now_s();
-    dsq_status s = DSQ_OK;
-    for (int i = 0; i < n_chunks && s == DSQ_OK; i++) {
-        memcpy(chunk, tokens + (int64_t)i * ctx, (size_t)ctx * sizeof(int32_t));
-        if (o->protocol == DSQ_PPL_LLAMACPP && o->add_bos) chunk[0] = o->bos;
-        s = run_chunk(c, chunk, ctx, batch, first, logits, &a);
+    for (int i = 0; s == DSQ_OK && dsq_chunk_next(&it, &sc.chunk, NULL); i++) {
+        s = dsq_chunk_forward(c, sc.chunk, &pass);
         if (s != DSQ_OK) s = dsq_fail_context(s, "perplexity chunk %d", i + 1);
         else report(o, i + 1, n_chunks, &a, t0);
     }
     free(logits);
-    free(chunk);
+    dsq_chunk_iter_free(&it);
     DSQ_TRY(s);
     finish(&a, r);
     r->n_tokens = n_tokens;

@@ -37,13 +37,14 @@ static dsq_status sniff_gguf(const char *path, bool *is_gguf)
     return DSQ_OK;
 }
 
-/* Keeps an architecture failure as a note instead of failing the open. */
+/* Keeps an architecture failure as a note instead of failing the open; it
+ * is raised again by dsq_checkpoint_require_arch. The thread's message is left
+ * as is: it means something only after a failing return, and the open succeeds. */
 static void note_arch(dsq_checkpoint *c, dsq_status s)
 {
     c->has_arch = s == DSQ_OK;
     c->arch_status = s;
     if (s != DSQ_OK) snprintf(c->arch_note, sizeof c->arch_note, "%s", dsq_errmsg());
-    dsq_clear_error();
 }
 
 static dsq_status open_hf_dir(dsq_checkpoint *c, const char *path)

@@ -17,6 +17,7 @@
 #include "core/clock.h"
 #include "core/dtype.h"
 #include "core/fileio.h"
+#include "core/grow.h"
 #include "core/log.h"
 #include "core/tensor.h"
 #include "formats/checkpoint.h"
@@ -100,13 +101,9 @@ static void plan_free(plan *p)
 
 static dsq_status plan_push(plan *p, plan_item **out)
 {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 64;
-        plan_item *items = realloc(p->items, cap * sizeof *items);
-        if (!items) return dsq_fail(DSQ_ERR_NOMEM, "out of memory planning %zu tensors", cap);
-        p->items = items;
-        p->cap = cap;
-    }
+    plan_item *items = dsq_grow(p->items, &p->cap, p->n + 1, sizeof *items);
+    if (!items) return dsq_fail(DSQ_ERR_NOMEM, "out of memory planning %zu tensors", p->n + 1);
+    p->items = items;
     *out = &p->items[p->n++];
     memset(*out, 0, sizeof **out);
     return DSQ_OK;
@@ -414,9 +411,9 @@ static dsq_status plan_hf_to_gguf(const dsq_arch *a, const dsq_st_model *m, dsq_
  * else BF16 (it deliberately ignores config.json torch_dtype). */
 static dsq_type hf_auto_type(const dsq_st_model *m)
 {
+    /* Index 0 of a non-empty model is in range, so the view cannot fail. */
     dsq_tensor t;
     if (m->n_tensors > 0 && dsq_st_model_view(m, 0, &t) == DSQ_OK && t.type == DSQ_TYPE_F16) return DSQ_TYPE_F16;
-    dsq_clear_error();
     return DSQ_TYPE_BF16;
 }
 
@@ -664,9 +661,7 @@ static const char *torch_dtype_of(dsq_type t)
 static int64_t token_id(const dsq_gguf *g, const char *key, int64_t fallback)
 {
     uint32_t v;
-    if (dsq_gguf_get(g, key) && dsq_gguf_get_u32(g, key, &v) == DSQ_OK) return v;
-    dsq_clear_error();
-    return fallback;
+    return dsq_gguf_find_u32(g, key, &v) ? v : fallback;
 }
 
 static dsq_status write_generation_config(const dsq_outdir *d, const dsq_gguf *g, const dsq_arch *a)

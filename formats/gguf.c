@@ -19,6 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/grow.h"
+#include "core/strmap.h"
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "formats/gguf.c copies little-endian arrays directly; add byte swapping for this host"
 #endif
@@ -140,75 +143,19 @@ static char *arena_strdup(arena *a, const char *s, size_t len)
     return p;
 }
 
-/* ---- name index: open addressing over names owned elsewhere ---- */
-
-typedef struct name_slot {
-    const char *name; /* NULL: empty */
-    uint64_t idx;
-} name_slot;
-
-typedef struct name_index {
-    name_slot *slots;
-    size_t cap, count; /* cap is 0 or a power of two */
-} name_index;
-
-static uint64_t hash_name(const char *s)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return h;
-}
-
-static name_slot *index_slot(const name_index *ix, const char *name)
-{
-    size_t i = (size_t)hash_name(name) & (ix->cap - 1);
-    while (ix->slots[i].name && strcmp(ix->slots[i].name, name) != 0) i = (i + 1) & (ix->cap - 1);
-    return &ix->slots[i];
-}
-
-static int64_t index_find(const name_index *ix, const char *name)
-{
-    if (!ix->cap) return -1;
-    const name_slot *s = index_slot(ix, name);
-    return s->name ? (int64_t)s->idx : -1;
-}
-
-static bool index_grow(name_index *ix)
-{
-    size_t cap = ix->cap ? ix->cap * 2 : 16;
-    if (cap > SIZE_MAX / sizeof(name_slot)) return false;
-    name_index bigger = {calloc(cap, sizeof(name_slot)), cap, ix->count};
-    if (!bigger.slots) return false;
-    for (size_t i = 0; i < ix->cap; i++)
-        if (ix->slots[i].name) *index_slot(&bigger, ix->slots[i].name) = ix->slots[i];
-    free(ix->slots);
-    *ix = bigger;
-    return true;
-}
+/* Names are C strings (a GGUF name with a NUL in it is looked up up to the NUL). */
+static int64_t index_find(const dsq_strmap *ix, const char *name) { return dsq_strmap_get(ix, name, strlen(name)); }
 
 /* Adds name -> idx. *dup gets the index already holding name, or -1 when added. */
-static dsq_status index_add(name_index *ix, const char *name, uint64_t idx, int64_t *dup)
+static dsq_status index_add(dsq_strmap *ix, const char *name, uint64_t idx, int64_t *dup)
 {
-    *dup = index_find(ix, name);
-    if (*dup >= 0) return DSQ_OK;
-    if ((ix->count + 1) * 2 > ix->cap && !index_grow(ix)) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
-    name_slot *s = index_slot(ix, name);
-    s->name = name;
-    s->idx = idx;
-    ix->count++;
-    return DSQ_OK;
-}
-
-static void index_free(name_index *ix)
-{
-    free(ix->slots);
-    memset(ix, 0, sizeof *ix);
+    return dsq_strmap_put(ix, name, strlen(name), (int64_t)idx, dup);
 }
 
 /* What dsq_gguf.arena points to. */
 typedef struct gguf_store {
     arena mem;
-    name_index keys, tensors;
+    dsq_strmap keys, tensors;
 } gguf_store;
 
 /* "key 'name'" for messages: at most 96 bytes of the name, unprintables as '?'. */
@@ -623,8 +570,8 @@ void dsq_gguf_close(dsq_gguf *g)
     gguf_store *st = g->arena;
     if (st) {
         arena_free(&st->mem);
-        index_free(&st->keys);
-        index_free(&st->tensors);
+        dsq_strmap_free(&st->keys);
+        dsq_strmap_free(&st->tensors);
         free(st);
     }
     free(g->path);
@@ -685,25 +632,76 @@ static bool is_signed(dsq_gguf_vtype t)
     return t == DSQ_GGUF_I8 || t == DSQ_GGUF_I16 || t == DSQ_GGUF_I32 || t == DSQ_GGUF_I64;
 }
 
-dsq_status dsq_gguf_get_u64(const dsq_gguf *g, const char *key, uint64_t *out)
+/* ---- lookups: yes/no, no message ---- */
+
+bool dsq_gguf_find_u64(const dsq_gguf *g, const char *key, uint64_t *out)
 {
-    const dsq_gguf_value *v;
-    DSQ_TRY(get_typed(g, key, &v));
+    const dsq_gguf_value *v = dsq_gguf_get(g, key);
+    if (!v) return false;
     if (is_unsigned(v->type)) {
         *out = v->v.u64;
-        return DSQ_OK;
+        return true;
     }
-    if (!is_signed(v->type)) return wrong_type(g, key, v, "an integer");
-    if (v->v.i64 < 0)
-        return dsq_fail(DSQ_ERR_FORMAT, "%s: key '%s' is %lld, expected a non-negative value", g->path, key,
-                        (long long)v->v.i64);
+    if (!is_signed(v->type) || v->v.i64 < 0) return false;
     *out = (uint64_t)v->v.i64;
-    return DSQ_OK;
+    return true;
+}
+
+bool dsq_gguf_find_u32(const dsq_gguf *g, const char *key, uint32_t *out)
+{
+    uint64_t v;
+    if (!dsq_gguf_find_u64(g, key, &v) || v > UINT32_MAX) return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+bool dsq_gguf_find_f32(const dsq_gguf *g, const char *key, float *out)
+{
+    const dsq_gguf_value *v = dsq_gguf_get(g, key);
+    if (!v || (v->type != DSQ_GGUF_F32 && v->type != DSQ_GGUF_F64)) return false;
+    *out = (float)v->v.f64;
+    return true;
+}
+
+bool dsq_gguf_find_bool(const dsq_gguf *g, const char *key, bool *out)
+{
+    const dsq_gguf_value *v = dsq_gguf_get(g, key);
+    if (!v || v->type != DSQ_GGUF_BOOL) return false;
+    *out = v->v.b;
+    return true;
+}
+
+bool dsq_gguf_find_str(const dsq_gguf *g, const char *key, const char **out)
+{
+    const dsq_gguf_value *v = dsq_gguf_get(g, key);
+    if (!v || v->type != DSQ_GGUF_STRING) return false;
+    *out = v->v.str.ptr;
+    return true;
+}
+
+bool dsq_gguf_find_arr(const dsq_gguf *g, const char *key, dsq_gguf_vtype elem_type, const dsq_gguf_array **out)
+{
+    const dsq_gguf_value *v = dsq_gguf_get(g, key);
+    if (!v || v->type != DSQ_GGUF_ARRAY || v->v.arr.elem_type != elem_type) return false;
+    *out = &v->v.arr;
+    return true;
+}
+
+/* ---- typed getters: the lookups, and a message saying why when they answer no ---- */
+
+dsq_status dsq_gguf_get_u64(const dsq_gguf *g, const char *key, uint64_t *out)
+{
+    if (dsq_gguf_find_u64(g, key, out)) return DSQ_OK;
+    const dsq_gguf_value *v;
+    DSQ_TRY(get_typed(g, key, &v));
+    if (!is_signed(v->type) && !is_unsigned(v->type)) return wrong_type(g, key, v, "an integer");
+    return dsq_fail(DSQ_ERR_FORMAT, "%s: key '%s' is %lld, expected a non-negative value", g->path, key,
+                    (long long)v->v.i64);
 }
 
 dsq_status dsq_gguf_get_u32(const dsq_gguf *g, const char *key, uint32_t *out)
 {
-    uint64_t v;
+    uint64_t v = 0;
     DSQ_TRY(dsq_gguf_get_u64(g, key, &v));
     if (v > UINT32_MAX)
         return dsq_fail(DSQ_ERR_FORMAT, "%s: key '%s' is %llu, more than a u32 holds", g->path, key,
@@ -714,44 +712,38 @@ dsq_status dsq_gguf_get_u32(const dsq_gguf *g, const char *key, uint32_t *out)
 
 dsq_status dsq_gguf_get_f32(const dsq_gguf *g, const char *key, float *out)
 {
+    if (dsq_gguf_find_f32(g, key, out)) return DSQ_OK;
     const dsq_gguf_value *v;
     DSQ_TRY(get_typed(g, key, &v));
-    if (v->type != DSQ_GGUF_F32 && v->type != DSQ_GGUF_F64) return wrong_type(g, key, v, "f32 or f64");
-    *out = (float)v->v.f64;
-    return DSQ_OK;
+    return wrong_type(g, key, v, "f32 or f64");
 }
 
 dsq_status dsq_gguf_get_bool(const dsq_gguf *g, const char *key, bool *out)
 {
+    if (dsq_gguf_find_bool(g, key, out)) return DSQ_OK;
     const dsq_gguf_value *v;
     DSQ_TRY(get_typed(g, key, &v));
-    if (v->type != DSQ_GGUF_BOOL) return wrong_type(g, key, v, "bool");
-    *out = v->v.b;
-    return DSQ_OK;
+    return wrong_type(g, key, v, "bool");
 }
 
 dsq_status dsq_gguf_get_str(const dsq_gguf *g, const char *key, const char **out)
 {
+    if (dsq_gguf_find_str(g, key, out)) return DSQ_OK;
     const dsq_gguf_value *v;
     DSQ_TRY(get_typed(g, key, &v));
-    if (v->type != DSQ_GGUF_STRING) return wrong_type(g, key, v, "str");
-    *out = v->v.str.ptr;
-    return DSQ_OK;
+    return wrong_type(g, key, v, "str");
 }
 
 dsq_status dsq_gguf_get_arr(const dsq_gguf *g, const char *key, dsq_gguf_vtype elem_type, const dsq_gguf_array **out)
 {
+    if (dsq_gguf_find_arr(g, key, elem_type, out)) return DSQ_OK;
     const dsq_gguf_value *v;
     DSQ_TRY(get_typed(g, key, &v));
-    if (v->type != DSQ_GGUF_ARRAY || v->v.arr.elem_type != elem_type) {
-        char want[32];
-        snprintf(want, sizeof want, "arr[%s]", dsq_gguf_vtype_name(elem_type));
-        if (v->type != DSQ_GGUF_ARRAY) return wrong_type(g, key, v, want);
-        return dsq_fail(DSQ_ERR_FORMAT, "%s: key '%s' is arr[%s], expected %s", g->path, key,
-                        dsq_gguf_vtype_name(v->v.arr.elem_type), want);
-    }
-    *out = &v->v.arr;
-    return DSQ_OK;
+    char want[32];
+    snprintf(want, sizeof want, "arr[%s]", dsq_gguf_vtype_name(elem_type));
+    if (v->type != DSQ_GGUF_ARRAY) return wrong_type(g, key, v, want);
+    return dsq_fail(DSQ_ERR_FORMAT, "%s: key '%s' is arr[%s], expected %s", g->path, key,
+                    dsq_gguf_vtype_name(v->v.arr.elem_type), want);
 }
 
 /* ---- writer ---- */
@@ -774,7 +766,7 @@ struct dsq_gguf_writer {
     wtensor *t;
     uint64_t n_t;
     size_t t_cap;
-    name_index t_index;
+    dsq_strmap t_index;
     wstate state;
     char *path;
     dsq_outfile *out;
@@ -795,24 +787,11 @@ void dsq_gguf_writer_free(dsq_gguf_writer *w)
     if (!w) return;
     dsq_outfile_abort(w->out);
     arena_free(&w->mem);
-    index_free(&w->t_index);
+    dsq_strmap_free(&w->t_index);
     free(w->kv);
     free(w->t);
     free(w->path);
     free(w);
-}
-
-static bool grow(void **arr, size_t *cap, uint64_t need, size_t elem)
-{
-    if (need <= *cap) return true;
-    size_t n = *cap ? *cap * 2 : 16;
-    if (n < need) n = (size_t)need;
-    if (n > SIZE_MAX / elem) return false;
-    void *p = realloc(*arr, n * elem);
-    if (!p) return false;
-    *arr = p;
-    *cap = n;
-    return true;
 }
 
 static dsq_status check_value(const dsq_gguf_value *v, int level);
@@ -949,8 +928,9 @@ dsq_status dsq_gguf_set(dsq_gguf_writer *w, const char *key, const dsq_gguf_valu
         return DSQ_OK;
     }
     char *k = arena_strdup(&w->mem, key, strlen(key));
-    if (!k || !grow((void **)&w->kv, &w->kv_cap, w->n_kv + 1, sizeof *w->kv))
-        return dsq_fail(DSQ_ERR_NOMEM, "gguf writer: key '%s': out of memory", key);
+    dsq_gguf_kv *kv = k ? dsq_grow(w->kv, &w->kv_cap, w->n_kv + 1, sizeof *kv) : NULL;
+    if (!kv) return dsq_fail(DSQ_ERR_NOMEM, "gguf writer: key '%s': out of memory", key);
+    w->kv = kv;
     w->kv[w->n_kv++] = (dsq_gguf_kv){k, copy};
     return DSQ_OK;
 }
@@ -1017,6 +997,8 @@ dsq_status dsq_gguf_set_str_arr(dsq_gguf_writer *w, const char *key, const char 
     return s;
 }
 
+bool dsq_gguf_writer_has(const dsq_gguf_writer *w, const char *key) { return key && writer_find_key(w, key) >= 0; }
+
 dsq_status dsq_gguf_remove(dsq_gguf_writer *w, const char *key)
 {
     if (!key) return dsq_fail(DSQ_ERR_ARG, "gguf writer: remove without a key");
@@ -1058,8 +1040,9 @@ static dsq_status writer_add_tensor(dsq_gguf_writer *w, const char *name, dsq_ty
     DSQ_TRY(check_tensor(name, type, n_dims, shape, &t));
     if (index_find(&w->t_index, name) >= 0) return dsq_fail(DSQ_ERR_ARG, "duplicate tensor name");
     t.name = arena_strdup(&w->mem, name, strlen(name));
-    if (!t.name || !grow((void **)&w->t, &w->t_cap, w->n_t + 1, sizeof *w->t))
-        return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
+    wtensor *grown = t.name ? dsq_grow(w->t, &w->t_cap, w->n_t + 1, sizeof *grown) : NULL;
+    if (!grown) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
+    w->t = grown;
     int64_t dup;
     DSQ_TRY(index_add(&w->t_index, t.name, w->n_t, &dup));
     w->t[w->n_t++] = t;

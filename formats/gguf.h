@@ -100,7 +100,18 @@ int64_t dsq_gguf_find_tensor(const dsq_gguf *g, const char *name);
 /* A view of tensor i with shape outermost-first (ne reversed) and its bytes. */
 dsq_status dsq_gguf_tensor(const dsq_gguf *g, uint64_t i, dsq_tensor *out);
 
-/* Typed getters: DSQ_ERR_NOT_FOUND when missing; DSQ_ERR_FORMAT naming the key
+/* Lookups, for keys that are optional: true with *out set when the key is
+ * there with a value the request can represent (the getters' rules below);
+ * false when it is absent or of another type, recording no message, so a
+ * caller with a default just uses it. */
+bool dsq_gguf_find_u64(const dsq_gguf *g, const char *key, uint64_t *out);
+bool dsq_gguf_find_u32(const dsq_gguf *g, const char *key, uint32_t *out);
+bool dsq_gguf_find_f32(const dsq_gguf *g, const char *key, float *out);
+bool dsq_gguf_find_bool(const dsq_gguf *g, const char *key, bool *out);
+bool dsq_gguf_find_str(const dsq_gguf *g, const char *key, const char **out);
+bool dsq_gguf_find_arr(const dsq_gguf *g, const char *key, dsq_gguf_vtype elem_type, const dsq_gguf_array **out);
+
+/* Typed getters, for keys that must be there: DSQ_ERR_NOT_FOUND when missing; DSQ_ERR_FORMAT naming the key
  * when the stored type cannot represent the request (integers of any width
  * are accepted when the value fits; F32/F64 for floats). */
 dsq_status dsq_gguf_get_u64(const dsq_gguf *g, const char *key, uint64_t *out);
@@ -139,6 +150,9 @@ dsq_status dsq_gguf_set_arr(dsq_gguf_writer *w, const char *key, dsq_gguf_vtype 
 /* Array of strings; lens may be NULL (strlen is used). */
 dsq_status dsq_gguf_set_str_arr(dsq_gguf_writer *w, const char *key, const char *const *strs, const uint64_t *lens,
                                 uint64_t n);
+/* Whether the writer holds key (no message either way). */
+bool dsq_gguf_writer_has(const dsq_gguf_writer *w, const char *key);
+/* DSQ_ERR_NOT_FOUND when the writer has no such key. */
 dsq_status dsq_gguf_remove(dsq_gguf_writer *w, const char *key);
 
 /* shape is outermost-first (as dsq_tensor); the file gets it reversed. */

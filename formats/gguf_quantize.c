@@ -159,8 +159,7 @@ static void model_from_gguf(qsrc *s)
 {
     const dsq_gguf *g = s->g;
     const char *arch = NULL;
-    if (dsq_gguf_get_str(g, "general.architecture", &arch) != DSQ_OK) arch = NULL;
-    dsq_clear_error();
+    if (!dsq_gguf_find_str(g, "general.architecture", &arch)) arch = NULL;
     snprintf(s->arch, sizeof s->arch, "%s", arch ? arch : "");
     dsq_mix_model *m = &s->model;
     memset(m, 0, sizeof *m);
@@ -396,9 +395,8 @@ static dsq_status write_kvs(const qrun *r, dsq_gguf_writer *w)
     DSQ_TRY(dsq_gguf_set_u32(w, "general.quantization_version", QNT_VERSION));
     DSQ_TRY(dsq_gguf_set_u32(w, "general.file_type", (uint32_t)r->opt->ftype));
     static const char *const split_keys[] = {"split.no", "split.count", "split.tensors.count"};
-    for (size_t i = 0; i < 3; i++) {
-        if (dsq_gguf_remove(w, split_keys[i]) != DSQ_OK) dsq_clear_error();
-    }
+    for (size_t i = 0; i < 3; i++)
+        if (dsq_gguf_writer_has(w, split_keys[i])) DSQ_TRY(dsq_gguf_remove(w, split_keys[i]));
     if (!r->im) return DSQ_OK;
     DSQ_TRY(dsq_gguf_set_str(w, KEY_IMATRIX_FILE, r->opt->imatrix_file ? r->opt->imatrix_file : ""));
     if (r->im->dataset && r->im->dataset[0]) DSQ_TRY(dsq_gguf_set_str(w, KEY_IMATRIX_DATASET, r->im->dataset));

@@ -119,14 +119,28 @@ static bool parse_name(const dsq_arch *a, side s, const char *name, parsed *p)
     return !p->is_bias || p->row.bias;
 }
 
-static dsq_status format_name(const parsed *p, side to, char *out, size_t cap)
+/* Writes p's name on side `to`; false when it does not fit in cap bytes. */
+static bool format_name(const parsed *p, side to, char *out, size_t cap)
 {
     const char *suffix = p->is_bias ? "bias" : "weight";
     int n = p->layer < 0 ? snprintf(out, cap, "%s.%s", row_name(&p->row, to), suffix)
                          : snprintf(out, cap, "%s%lld.%s.%s", to == SIDE_HF ? "model.layers." : "blk.",
                                     (long long)p->layer, row_name(&p->row, to), suffix);
-    if (n < 0 || (size_t)n >= cap) return dsq_fail(DSQ_ERR_ARG, "tensor name buffer of %zu bytes is too small", cap);
-    return DSQ_OK;
+    return n >= 0 && (size_t)n < cap;
+}
+
+static void set_perm(const parsed *p, dsq_permute_kind *perm)
+{
+    /* the description says which rows llama.cpp's converter permutes (Llama's q/k, never Qwen2's) */
+    if (perm) *perm = p->row.perm;
+}
+
+static bool find_name(const dsq_arch *a, side from, const char *name, char *out, size_t cap, dsq_permute_kind *perm)
+{
+    parsed p;
+    if (!parse_name(a, from, name, &p) || !format_name(&p, from == SIDE_HF ? SIDE_GGUF : SIDE_HF, out, cap)) return false;
+    set_perm(&p, perm);
+    return true;
 }
 
 static dsq_status map_name(const dsq_arch *a, side from, const char *name, char *out, size_t cap,
@@ -137,9 +151,9 @@ static dsq_status map_name(const dsq_arch *a, side from, const char *name, char 
         return dsq_fail(DSQ_ERR_NOT_FOUND, "tensor %s has no %s name for a %s model with %lld layers", name,
                         from == SIDE_HF ? "GGUF" : "Hugging Face", a->hf_architecture[0] ? a->hf_architecture : "llama",
                         (long long)a->n_layers);
-    DSQ_TRY(format_name(&p, from == SIDE_HF ? SIDE_GGUF : SIDE_HF, out, cap));
-    /* the description says which rows llama.cpp's converter permutes (Llama's q/k, never Qwen2's) */
-    if (perm) *perm = p.row.perm;
+    if (!format_name(&p, from == SIDE_HF ? SIDE_GGUF : SIDE_HF, out, cap))
+        return dsq_fail(DSQ_ERR_ARG, "tensor name buffer of %zu bytes is too small", cap);
+    set_perm(&p, perm);
     return DSQ_OK;
 }
 
@@ -151,6 +165,16 @@ dsq_status dsq_name_hf_to_gguf(const dsq_arch *a, const char *hf, char *out, siz
 dsq_status dsq_name_gguf_to_hf(const dsq_arch *a, const char *gguf, char *out, size_t cap, dsq_permute_kind *perm)
 {
     return map_name(a, SIDE_GGUF, gguf, out, cap, perm);
+}
+
+bool dsq_name_find_gguf(const dsq_arch *a, const char *hf, char *out, size_t cap, dsq_permute_kind *perm)
+{
+    return find_name(a, SIDE_HF, hf, out, cap, perm);
+}
+
+bool dsq_name_find_hf(const dsq_arch *a, const char *gguf, char *out, size_t cap, dsq_permute_kind *perm)
+{
+    return find_name(a, SIDE_GGUF, gguf, out, cap, perm);
 }
 
 static bool ends_with(const char *s, const char *suffix)

@@ -23,6 +23,11 @@ typedef enum dsq_permute_kind {
 dsq_status dsq_name_hf_to_gguf(const dsq_arch *a, const char *hf, char *out, size_t cap, dsq_permute_kind *perm);
 dsq_status dsq_name_gguf_to_hf(const dsq_arch *a, const char *gguf, char *out, size_t cap, dsq_permute_kind *perm);
 
+/* Lookups: the same mappings, answering false and recording no message when a
+ * name has none (or out is too small for it), for callers that probe names. */
+bool dsq_name_find_gguf(const dsq_arch *a, const char *hf, char *out, size_t cap, dsq_permute_kind *perm);
+bool dsq_name_find_hf(const dsq_arch *a, const char *gguf, char *out, size_t cap, dsq_permute_kind *perm);
+
 /* Tensors the converters drop rather than map: HF rotary_emb.inv_freq
  * buffers (rebuilt at load time) and GGUF rope_freqs.weight (llama3 rope
  * factors, carried in config.json's rope_scaling instead). */

@@ -23,7 +23,10 @@
 #include <string.h>
 
 #include "core/fileio.h"
+#include "core/grow.h"
 #include "core/log.h"
+#include "core/strmap.h"
+#include "core/utf8.h"
 
 enum {
     TOKENIZER_MAX_BYTES = 512 << 20,
@@ -45,27 +48,6 @@ enum {
 typedef enum vocab_kind { KIND_GPT2, KIND_LLAMA } vocab_kind;
 
 /* ================================================================ helpers */
-
-static size_t utf8_seq_len(unsigned char c)
-{
-    if (c < 0x80) return 1;
-    if ((c & 0xE0) == 0xC0) return 2;
-    if ((c & 0xF0) == 0xE0) return 3;
-    if ((c & 0xF8) == 0xF0) return 4;
-    return 0;
-}
-
-static bool utf8_valid(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq_len((unsigned char)s[i]);
-        if (k == 0 || k > n - i) return false;
-        for (size_t j = 1; j < k; j++)
-            if (((unsigned char)s[i + j] & 0xC0) != 0x80) return false;
-        i += k;
-    }
-    return true;
-}
 
 static bool starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
 
@@ -119,68 +101,6 @@ static bool is_pad_name(const char *s, int64_t id)
     char buf[32];
     snprintf(buf, sizeof buf, "[PAD%lld]", (long long)id);
     return !strcmp(s, buf);
-}
-
-/* ====================================================== string -> id map */
-
-typedef struct strmap {
-    const char **keys;
-    int32_t *vals;
-    size_t cap; /* power of two */
-} strmap;
-
-static uint64_t hash_str(const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
-}
-
-static dsq_status strmap_init(strmap *m, size_t n)
-{
-    m->cap = 16;
-    while (m->cap < 2 * n + 1) m->cap *= 2;
-    m->keys = calloc(m->cap, sizeof *m->keys);
-    m->vals = calloc(m->cap, sizeof *m->vals);
-    if (!m->keys || !m->vals) {
-        free(m->keys);
-        free(m->vals);
-        m->keys = NULL;
-        m->vals = NULL;
-        return dsq_fail(DSQ_ERR_NOMEM, "out of memory for a %zu-entry token map", n);
-    }
-    return DSQ_OK;
-}
-
-static void strmap_free(strmap *m)
-{
-    free(m->keys);
-    free(m->vals);
-    m->keys = NULL;
-    m->vals = NULL;
-}
-
-/* Slot of key (n bytes, the key itself NUL-terminated at n in the map). */
-static size_t strmap_slot(const strmap *m, const char *s, size_t n)
-{
-    size_t i = (size_t)hash_str(s, n) & (m->cap - 1);
-    while (m->keys[i] && !(strlen(m->keys[i]) == n && !memcmp(m->keys[i], s, n))) i = (i + 1) & (m->cap - 1);
-    return i;
-}
-
-static int32_t strmap_get(const strmap *m, const char *s, size_t n)
-{
-    size_t i = strmap_slot(m, s, n);
-    return m->keys[i] ? m->vals[i] : -1;
-}
-
-/* Keeps the first value for a key; the key must outlive the map. */
-static void strmap_put(strmap *m, const char *s, int32_t v)
-{
-    size_t i = strmap_slot(m, s, strlen(s));
-    if (m->keys[i]) return;
-    m->keys[i] = s;
-    m->vals[i] = v;
 }
 
 /* ================================================== pre-tokenizer table */
@@ -747,15 +667,16 @@ static bool merge_parts(const cJSON *m, const char **a, size_t *alen, const char
  * and byte/control tokens keep 0; they never result from a merge. */
 static dsq_status vocab_llama_scores(const hf_files *f, vocab *v)
 {
-    strmap m;
-    DSQ_TRY(strmap_init(&m, (size_t)v->n));
-    for (int64_t i = 0; i < v->n; i++)
-        if (v->type[i] == TT_NORMAL) strmap_put(&m, v->text[i], (int32_t)i);
-    uint8_t *seen = calloc((size_t)v->n, 1);
+    size_t n = v->n > 0 ? (size_t)v->n : 0;
+    dsq_strmap m = {0};
+    dsq_status st = dsq_strmap_reserve(&m, n);
+    for (int64_t i = 0; st == DSQ_OK && i < v->n; i++)
+        if (v->type[i] == TT_NORMAL) st = dsq_strmap_put(&m, v->text[i], strlen(v->text[i]), i, NULL);
+    uint8_t *seen = calloc(n ? n : 1, 1);
     char *buf = NULL;
     size_t cap = 0;
     int64_t rank = 0;
-    dsq_status st = seen ? DSQ_OK : dsq_fail(DSQ_ERR_NOMEM, "out of memory for merge ranks");
+    if (st == DSQ_OK && !seen) st = dsq_fail(DSQ_ERR_NOMEM, "out of memory for merge ranks");
     const cJSON *mg, *list = st == DSQ_OK ? v->merges : (cJSON *)NULL;
     cJSON_ArrayForEach(mg, list)
     {
@@ -777,7 +698,7 @@ static dsq_status vocab_llama_scores(const hf_files *f, vocab *v)
         }
         memcpy(buf, a, alen);
         strcpy(buf + alen, b);
-        int32_t id = strmap_get(&m, buf, need - 1);
+        int64_t id = dsq_strmap_get(&m, buf, need - 1);
         if (id >= 0 && !seen[id]) {
             seen[id] = 1;
             v->score[id] = (float)-rank;
@@ -786,7 +707,7 @@ static dsq_status vocab_llama_scores(const hf_files *f, vocab *v)
     }
     free(buf);
     free(seen);
-    strmap_free(&m);
+    dsq_strmap_free(&m);
     return st;
 }
 
@@ -1226,18 +1147,35 @@ static bool is_gap(const gvocab *v, uint64_t i)
     return gtype(v, i) == TT_UNUSED && is_pad_name(v->tok[i].ptr, (int64_t)i);
 }
 
+/* Whether a GGUF string can become a JSON string unchanged: well-formed
+ * UTF-8 (cJSON copies bytes through, and Python's json, serde_json and
+ * tokenizers reject anything else) without NUL bytes (cJSON would cut the
+ * string there). Replacing bad bytes instead would change a token's text,
+ * and two tokens could then read as one, so the conversion refuses. */
+static bool is_text(const dsq_gguf_str *s)
+{
+    return s->len == strlen(s->ptr) && dsq_utf8_valid(s->ptr, (size_t)s->len);
+}
+
 static dsq_status g_str_arr(const dsq_gguf *g, const char *key, uint64_t *n, const dsq_gguf_str **out)
 {
     const dsq_gguf_array *a = NULL;
     DSQ_TRY(dsq_gguf_get_arr(g, key, DSQ_GGUF_STRING, &a));
     *n = a->n;
     *out = a->data;
-    for (uint64_t i = 0; i < a->n; i++) {
-        const dsq_gguf_str *s = &(*out)[i];
-        if (s->len != strlen(s->ptr) || !utf8_valid(s->ptr, (size_t)s->len))
+    for (uint64_t i = 0; i < a->n; i++)
+        if (!is_text(&(*out)[i]))
             return dsq_fail(DSQ_ERR_FORMAT, "%s: %s[%llu] is not valid UTF-8 text", g->path, key,
                             (unsigned long long)i);
-    }
+    return DSQ_OK;
+}
+
+/* A string key that becomes JSON text (a chat template). */
+static dsq_status g_text(const dsq_gguf *g, const char *key, const char **out)
+{
+    DSQ_TRY(dsq_gguf_get_str(g, key, out));
+    if (!is_text(&dsq_gguf_get(g, key)->v.str))
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: %s is not valid UTF-8 text", g->path, key);
     return DSQ_OK;
 }
 
@@ -1552,17 +1490,21 @@ static cJSON *j_decoder(const gvocab *v)
 
 /* model.vocab: every token but the converter's "[PAD<id>]" fillers; a text
  * that repeats keeps its first id (a JSON object cannot hold both). */
-static cJSON *j_vocab(const gvocab *v, strmap *seen)
+static cJSON *j_vocab(const gvocab *v, dsq_strmap *seen)
 {
     cJSON *o = cJSON_CreateObject();
     uint64_t dups = 0;
     for (uint64_t i = 0; o && i < v->n; i++) {
         if (is_gap(v, i)) continue;
-        if (strmap_get(seen, v->tok[i].ptr, (size_t)v->tok[i].len) >= 0) {
+        int64_t first;
+        if (dsq_strmap_put(seen, v->tok[i].ptr, (size_t)v->tok[i].len, (int64_t)i, &first) != DSQ_OK) {
+            cJSON_Delete(o);
+            return NULL;
+        }
+        if (first >= 0) {
             dups++;
             continue;
         }
-        strmap_put(seen, v->tok[i].ptr, (int32_t)i);
         if (!cJSON_AddNumberToObject(o, v->tok[i].ptr, (double)i)) {
             cJSON_Delete(o);
             return NULL;
@@ -1589,13 +1531,9 @@ typedef struct merge_list {
 
 static bool merge_push(merge_list *l, spm_merge m)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 4096;
-        spm_merge *nm = realloc(l->m, cap * sizeof *nm);
-        if (!nm) return false;
-        l->m = nm;
-        l->cap = cap;
-    }
+    spm_merge *nm = dsq_grow(l->m, &l->cap, l->n + 1, sizeof *nm);
+    if (!nm) return false;
+    l->m = nm;
     l->m[l->n++] = m;
     return true;
 }
@@ -1617,15 +1555,17 @@ static int cmp_score_desc(const void *a, const void *b)
 /* All splits of piece i whose halves are both pieces, sorted by the halves'
  * ids, appended to l. pieces maps a text to its last id (a Python dict
  * built in id order keeps the last). */
-static bool spm_local_merges(const gvocab *v, const strmap *pieces, uint64_t i, merge_list *l)
+static bool spm_local_merges(const gvocab *v, const dsq_strmap *pieces, uint64_t i, merge_list *l)
 {
     const char *s = v->tok[i].ptr;
     size_t len = (size_t)v->tok[i].len, start = l->n;
-    int32_t last = strmap_get(pieces, s, len);
+    int64_t last = dsq_strmap_get(pieces, s, len);
     float score = v->score ? v->score[last] : 0.0f;
-    for (size_t cut = utf8_seq_len((unsigned char)s[0]); cut < len; cut += utf8_seq_len((unsigned char)s[cut])) {
-        int32_t a = strmap_get(pieces, s, cut), b = strmap_get(pieces, s + cut, len - cut);
+    /* Pieces are well-formed (g_str_arr checked them), so every cut lands on a character boundary. */
+    for (size_t cut = dsq_utf8_seq_len(s, len), k = cut; k > 0 && cut < len; cut += k) {
+        int32_t a = (int32_t)dsq_strmap_get(pieces, s, cut), b = (int32_t)dsq_strmap_get(pieces, s + cut, len - cut);
         if (a >= 0 && b >= 0 && !merge_push(l, (spm_merge){a, b, score, 0})) return false;
+        k = dsq_utf8_seq_len(s + cut, len - cut);
     }
     if (l->n > start) qsort(l->m + start, l->n - start, sizeof *l->m, cmp_local);
     return true;
@@ -1636,25 +1576,25 @@ static bool spm_local_merges(const gvocab *v, const strmap *pieces, uint64_t i, 
  * piece's score, highest first. */
 static dsq_status spm_merges(const gvocab *v, merge_list *l)
 {
-    strmap pieces, first;
-    DSQ_TRY(strmap_init(&pieces, (size_t)v->n));
-    dsq_status st = strmap_init(&first, (size_t)v->n);
-    if (st != DSQ_OK) {
-        strmap_free(&pieces);
-        return st;
-    }
-    for (uint64_t i = v->n; i-- > 0;)
-        if (!is_gap(v, i)) strmap_put(&pieces, v->tok[i].ptr, (int32_t)i);
+    /* pieces maps a text to its last id (a Python dict built in id order):
+     * filled from the end, since the first put stays. */
+    dsq_strmap pieces = {0}, first = {0};
+    dsq_status st = dsq_strmap_reserve(&pieces, (size_t)v->n);
+    if (st == DSQ_OK) st = dsq_strmap_reserve(&first, (size_t)v->n);
+    for (uint64_t i = v->n; st == DSQ_OK && i-- > 0;)
+        if (!is_gap(v, i)) st = dsq_strmap_put(&pieces, v->tok[i].ptr, (size_t)v->tok[i].len, (int64_t)i, NULL);
     for (uint64_t i = 0; i < v->n && st == DSQ_OK; i++) {
-        if (is_gap(v, i) || strmap_get(&first, v->tok[i].ptr, (size_t)v->tok[i].len) >= 0) continue;
-        strmap_put(&first, v->tok[i].ptr, (int32_t)i);
+        if (is_gap(v, i)) continue;
+        int64_t seen;
+        st = dsq_strmap_put(&first, v->tok[i].ptr, (size_t)v->tok[i].len, (int64_t)i, &seen);
+        if (st != DSQ_OK || seen >= 0) continue;
         if (v->tok[i].len > 0 && !spm_local_merges(v, &pieces, i, l))
             st = dsq_fail(DSQ_ERR_NOMEM, "out of memory deriving merges");
     }
     for (size_t k = 0; k < l->n; k++) l->m[k].seq = (uint32_t)k;
     if (st == DSQ_OK && l->n) qsort(l->m, l->n, sizeof *l->m, cmp_score_desc);
-    strmap_free(&pieces);
-    strmap_free(&first);
+    dsq_strmap_free(&pieces);
+    dsq_strmap_free(&first);
     return st;
 }
 
@@ -1726,8 +1666,8 @@ fail:
 
 static cJSON *j_model(const gvocab *v)
 {
-    strmap seen;
-    if (strmap_init(&seen, (size_t)v->n) != DSQ_OK) return NULL;
+    dsq_strmap seen = {0};
+    if (dsq_strmap_reserve(&seen, (size_t)v->n) != DSQ_OK) return NULL;
     cJSON *o = j_typed("BPE");
     bool llama = v->kind == KIND_LLAMA;
     const char *unk = llama && v->id[SP_UNK] >= 0 ? v->tok[v->id[SP_UNK]].ptr : NULL;
@@ -1738,7 +1678,7 @@ static cJSON *j_model(const gvocab *v)
         cJSON_AddBoolToObject(o, "fuse_unk", llama) && cJSON_AddBoolToObject(o, "byte_fallback", llama) &&
         cJSON_AddBoolToObject(o, "ignore_merges", !llama && v->row->ignore_merges) &&
         add_obj(o, "vocab", j_vocab(v, &seen)) && add_obj(o, "merges", j_merges(v));
-    strmap_free(&seen);
+    dsq_strmap_free(&seen);
     if (!ok) {
         cJSON_Delete(o);
         return NULL;
@@ -1765,6 +1705,29 @@ static cJSON *j_tokenizer(const gvocab *v)
 
 /* ============================ GGUF side: tokenizer_config.json and friends */
 
+/* Appends {"name", "template"} to list; tmpl NULL: nothing to append. */
+static dsq_status add_named_template(cJSON *list, const char *name, const char *tmpl)
+{
+    if (!tmpl) return DSQ_OK;
+    cJSON *e = cJSON_CreateObject();
+    bool ok = e && cJSON_AddStringToObject(e, "name", name) && cJSON_AddStringToObject(e, "template", tmpl);
+    if (e) cJSON_AddItemToArray(list, e);
+    return ok ? DSQ_OK : dsq_fail(DSQ_ERR_NOMEM, "out of memory for chat templates");
+}
+
+/* The template tokenizer.chat_templates names, or NULL when the file lacks
+ * it: llama.cpp looks templates up by key and never reads that list, so such
+ * a file loads there, and a warning (not a failed conversion) fits. */
+static dsq_status named_template(const dsq_gguf *g, const char *name, const char **tmpl)
+{
+    char key[256];
+    snprintf(key, sizeof key, "tokenizer.chat_template.%.200s", name);
+    *tmpl = NULL;
+    if (dsq_gguf_get(g, key)) return g_text(g, key, tmpl);
+    DSQ_LOGW("%s: tokenizer.chat_templates names template \"%s\" but the file has no %s; left out", g->path, name, key);
+    return DSQ_OK;
+}
+
 /* The chat template(s): a string, or transformers' list form when the GGUF
  * has named templates (tokenizer.chat_templates). NULL result and no error
  * when there is none. */
@@ -1772,7 +1735,7 @@ static dsq_status j_chat_template(const dsq_gguf *g, cJSON **out)
 {
     *out = NULL;
     const char *dflt = NULL;
-    if (dsq_gguf_get(g, "tokenizer.chat_template")) DSQ_TRY(dsq_gguf_get_str(g, "tokenizer.chat_template", &dflt));
+    if (dsq_gguf_get(g, "tokenizer.chat_template")) DSQ_TRY(g_text(g, "tokenizer.chat_template", &dflt));
     uint64_t n = 0;
     const dsq_gguf_str *names = NULL;
     if (dsq_gguf_get(g, "tokenizer.chat_templates")) DSQ_TRY(g_str_arr(g, "tokenizer.chat_templates", &n, &names));
@@ -1781,20 +1744,16 @@ static dsq_status j_chat_template(const dsq_gguf *g, cJSON **out)
         return dflt && !*out ? dsq_fail(DSQ_ERR_NOMEM, "out of memory for the chat template") : DSQ_OK;
     }
     cJSON *list = cJSON_CreateArray();
-    bool ok = list != NULL;
-    for (uint64_t i = 0; ok && i <= n; i++) {
-        const char *name = i == 0 ? "default" : names[i - 1].ptr, *tmpl = dflt;
-        char key[256];
-        snprintf(key, sizeof key, "tokenizer.chat_template.%.200s", name);
-        if (i > 0 && dsq_gguf_get_str(g, key, &tmpl) != DSQ_OK) return dsq_fail_context(DSQ_ERR_FORMAT, "%s", g->path);
-        if (!tmpl) continue;
-        cJSON *e = cJSON_CreateObject();
-        ok = e && cJSON_AddStringToObject(e, "name", name) && cJSON_AddStringToObject(e, "template", tmpl);
-        if (e) cJSON_AddItemToArray(list, e);
+    if (!list) return dsq_fail(DSQ_ERR_NOMEM, "out of memory for chat templates");
+    dsq_status st = add_named_template(list, "default", dflt);
+    for (uint64_t i = 0; st == DSQ_OK && i < n; i++) {
+        const char *tmpl;
+        st = named_template(g, names[i].ptr, &tmpl);
+        if (st == DSQ_OK) st = add_named_template(list, names[i].ptr, tmpl);
     }
-    if (!ok) {
+    if (st != DSQ_OK) {
         cJSON_Delete(list);
-        return dsq_fail(DSQ_ERR_NOMEM, "out of memory for chat templates");
+        return st;
     }
     *out = list;
     return DSQ_OK;
@@ -1816,9 +1775,9 @@ static int64_t context_length(const dsq_gguf *g)
     const char *arch = NULL;
     char key[128];
     uint64_t n = 0;
-    if (dsq_gguf_get_str(g, "general.architecture", &arch) != DSQ_OK) return -1;
+    if (!dsq_gguf_find_str(g, "general.architecture", &arch)) return -1;
     snprintf(key, sizeof key, "%.64s.context_length", arch);
-    if (!dsq_gguf_get(g, key) || dsq_gguf_get_u64(g, key, &n) != DSQ_OK) return -1;
+    if (!dsq_gguf_find_u64(g, key, &n)) return -1;
     return (int64_t)n;
 }
 
@@ -1826,11 +1785,11 @@ static int64_t context_length(const dsq_gguf *g)
  * the same keys; the tokenizer.json post-processor carries the behaviour. */
 static dsq_status j_tokenizer_config(const gvocab *v, cJSON **out)
 {
-    cJSON *o = cJSON_CreateObject(), *chat = NULL;
-    dsq_status st = o ? j_chat_template(v->g, &chat) : dsq_fail(DSQ_ERR_NOMEM, "out of memory");
+    cJSON *chat = NULL;
+    DSQ_TRY(j_chat_template(v->g, &chat));
+    cJSON *o = cJSON_CreateObject();
     int64_t ctx = context_length(v->g);
-    dsq_clear_error();
-    bool ok = st == DSQ_OK;
+    bool ok = o != NULL;
     if (ok && v->has_add_bos) ok = cJSON_AddBoolToObject(o, "add_bos_token", v->add_bos);
     if (ok && v->has_add_eos) ok = cJSON_AddBoolToObject(o, "add_eos_token", v->add_eos);
     if (ok && v->add_space_prefix >= 0) ok = cJSON_AddBoolToObject(o, "add_prefix_space", v->add_space_prefix);
@@ -1845,7 +1804,7 @@ static dsq_status j_tokenizer_config(const gvocab *v, cJSON **out)
     cJSON_Delete(chat);
     if (!ok) {
         cJSON_Delete(o);
-        return st != DSQ_OK ? st : dsq_fail(DSQ_ERR_NOMEM, "out of memory for tokenizer_config.json");
+        return dsq_fail(DSQ_ERR_NOMEM, "out of memory for tokenizer_config.json");
     }
     *out = o;
     return DSQ_OK;
@@ -1869,24 +1828,21 @@ static dsq_status write_json_file(const char *dir, const char *name, cJSON *o, b
     return dsq_outfile_commit(f);
 }
 
+/* Every file is built before the first is written, so a GGUF that cannot
+ * be converted leaves nothing in dir. */
 static dsq_status write_hf_files(const gvocab *v, const char *dir)
 {
-    cJSON *tok = j_tokenizer(v);
-    if (!tok) return dsq_fail(DSQ_ERR_NOMEM, "out of memory building tokenizer.json");
-    dsq_status st = write_json_file(dir, "tokenizer.json", tok, false);
-    cJSON_Delete(tok);
-    DSQ_TRY(st);
     cJSON *cfg = NULL;
     DSQ_TRY(j_tokenizer_config(v, &cfg));
-    st = write_json_file(dir, "tokenizer_config.json", cfg, true);
+    cJSON *tok = j_tokenizer(v), *map = cJSON_CreateObject();
+    dsq_status st = DSQ_OK;
+    if (!tok) st = dsq_fail(DSQ_ERR_NOMEM, "out of memory building tokenizer.json");
+    else if (!map || !add_special_strings(map, v)) st = dsq_fail(DSQ_ERR_NOMEM, "out of memory for special_tokens_map.json");
+    if (st == DSQ_OK) st = write_json_file(dir, "tokenizer.json", tok, false);
+    if (st == DSQ_OK) st = write_json_file(dir, "tokenizer_config.json", cfg, true);
+    if (st == DSQ_OK) st = write_json_file(dir, "special_tokens_map.json", map, true);
+    cJSON_Delete(tok);
     cJSON_Delete(cfg);
-    DSQ_TRY(st);
-    cJSON *map = cJSON_CreateObject();
-    if (!map || !add_special_strings(map, v)) {
-        cJSON_Delete(map);
-        return dsq_fail(DSQ_ERR_NOMEM, "out of memory for special_tokens_map.json");
-    }
-    st = write_json_file(dir, "special_tokens_map.json", map, true);
     cJSON_Delete(map);
     return st;
 }

@@ -6,6 +6,7 @@
 #include "formats/imatrix.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -326,9 +327,9 @@ static dsq_status gguf_entry(const dsq_gguf *g, const char *base, size_t base_le
 static dsq_status gguf_meta(const dsq_gguf *g, dsq_imatrix *im)
 {
     uint32_t chunks;
-    if (dsq_gguf_get_u32(g, "imatrix.chunk_count", &chunks) == DSQ_OK && chunks <= INT32_MAX) im->last_chunk = (int32_t)chunks;
+    if (dsq_gguf_find_u32(g, "imatrix.chunk_count", &chunks) && chunks <= INT32_MAX) im->last_chunk = (int32_t)chunks;
     const dsq_gguf_array *ds;
-    if (dsq_gguf_get_arr(g, "imatrix.datasets", DSQ_GGUF_STRING, &ds) == DSQ_OK && ds->n > 0) {
+    if (dsq_gguf_find_arr(g, "imatrix.datasets", DSQ_GGUF_STRING, &ds) && ds->n > 0) {
         const dsq_gguf_str *s = ds->data;
         if (s[0].len <= DSQ_IMATRIX_MAX_DATASET) {
             im->dataset = malloc(s[0].len + 1);
@@ -337,7 +338,6 @@ static dsq_status gguf_meta(const dsq_gguf *g, dsq_imatrix *im)
             im->dataset[s[0].len] = '\0';
         }
     }
-    dsq_clear_error();
     return DSQ_OK;
 }
 
@@ -398,17 +398,29 @@ dsq_status dsq_imatrix_load(const char *path, dsq_imatrix **out)
 
 /* ---- use ---- */
 
+/* The shape an entry must have, as text: "has N values, the tensor needs ...". */
+static void describe_mismatch(const dsq_imatrix_entry *e, const char *tensor, int64_t ne0, int64_t n_expert, char *buf,
+                              size_t cap)
+{
+    if (n_expert > 1)
+        snprintf(buf, cap, "tensor %s: imatrix entry has %u values, the tensor needs %lld (%lld columns x %lld experts)",
+                 tensor, e->nval, (long long)(ne0 * n_expert), (long long)ne0, (long long)n_expert);
+    else
+        snprintf(buf, cap, "tensor %s: imatrix entry has %u values, the tensor's rows have %lld", tensor, e->nval,
+                 (long long)ne0);
+}
+
+static bool shape_ok(int64_t ne0, int64_t n_expert) { return ne0 >= 1 && n_expert >= 1 && ne0 <= INT64_MAX / n_expert; }
+
 dsq_status dsq_imatrix_check_size(const dsq_imatrix_entry *e, const char *tensor, int64_t ne0, int64_t n_expert)
 {
-    if (ne0 < 1 || n_expert < 1 || ne0 > INT64_MAX / n_expert)
+    if (!shape_ok(ne0, n_expert))
         return dsq_fail(DSQ_ERR_ARG, "tensor %s: bad shape for an imatrix check (%lld x %lld)", tensor, (long long)ne0,
                         (long long)n_expert);
     if ((int64_t)e->nval == ne0 * n_expert) return DSQ_OK;
-    if (n_expert > 1)
-        return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: imatrix entry has %u values, the tensor needs %lld (%lld columns x %lld experts)",
-                        tensor, e->nval, (long long)(ne0 * n_expert), (long long)ne0, (long long)n_expert);
-    return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: imatrix entry has %u values, the tensor's rows have %lld", tensor, e->nval,
-                    (long long)ne0);
+    char why[1024];
+    describe_mismatch(e, tensor, ne0, n_expert, why, sizeof why);
+    return dsq_fail(DSQ_ERR_FORMAT, "%s", why);
 }
 
 dsq_status dsq_imatrix_for_tensor(const dsq_imatrix *im, const char *tensor, int64_t ne0, int64_t n_expert,
@@ -421,18 +433,16 @@ dsq_status dsq_imatrix_for_tensor(const dsq_imatrix *im, const char *tensor, int
         DSQ_LOGI("%s: no imatrix entry, quantized without one", tensor);
         return DSQ_OK;
     }
-    dsq_status st = dsq_imatrix_check_size(e, tensor, ne0, n_expert);
-    if (st == DSQ_OK) {
-        *out = e->values;
+    /* llama-quantize tolerates a mismatch in this one tensor: it often has one. */
+    if (shape_ok(ne0, n_expert) && (int64_t)e->nval != ne0 * n_expert && !strcmp(tensor, "token_embd.weight")) {
+        char why[1024];
+        describe_mismatch(e, tensor, ne0, n_expert, why, sizeof why);
+        DSQ_LOGI("%s; quantized without it", why);
         return DSQ_OK;
     }
-    /* llama-quantize tolerates this one tensor: it often mismatches. */
-    if (st == DSQ_ERR_FORMAT && !strcmp(tensor, "token_embd.weight")) {
-        DSQ_LOGI("%s; quantized without it", dsq_errmsg());
-        dsq_clear_error();
-        return DSQ_OK;
-    }
-    return st;
+    DSQ_TRY(dsq_imatrix_check_size(e, tensor, ne0, n_expert));
+    *out = e->values;
+    return DSQ_OK;
 }
 
 static bool contains_any(const char *name, const char *const *parts, size_t n)

@@ -16,7 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/grow.h"
 #include "core/log.h"
+#include "core/utf8.h"
 
 #define ST_INDEX_NAME "model.safetensors.index.json"
 #define ST_SINGLE_NAME "model.safetensors"
@@ -37,43 +39,7 @@ static uint64_t read_le64(const uint8_t *p)
     return v;
 }
 
-/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 when invalid
- * (overlong forms, surrogates and code points above U+10FFFF included). */
-static size_t utf8_seq_len(const uint8_t *p, size_t n)
-{
-    uint8_t c = p[0];
-    size_t len;
-    uint32_t cp, min;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2, cp = c & 0x1Fu, min = 0x80;
-    } else if ((c & 0xF0) == 0xE0) {
-        len = 3, cp = c & 0x0Fu, min = 0x800;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4, cp = c & 0x07u, min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (len > n) return 0;
-    for (size_t k = 1; k < len; k++) {
-        if ((p[k] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (p[k] & 0x3Fu);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-
-static bool utf8_valid(const char *s)
-{
-    const uint8_t *p = (const uint8_t *)s;
-    size_t n = strlen(s);
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq_len(p + i, n - i);
-        if (k == 0) return false;
-        i += k;
-    }
-    return true;
-}
+static bool utf8_valid(const char *s) { return dsq_utf8_valid(s, strlen(s)); }
 
 /* What cJSON does not check but the reference parser (serde_json over a Rust
  * str) does: the text is UTF-8 and has no raw control bytes. "\u0000" is
@@ -84,7 +50,7 @@ static dsq_status check_json_text(const char *path, const char *what, const uint
     for (size_t i = 0; i < n;) {
         uint8_t c = p[i];
         if (c >= 0x80) {
-            size_t k = utf8_seq_len(p + i, n - i);
+            size_t k = dsq_utf8_seq_len((const char *)p + i, n - i);
             if (k == 0) return dsq_fail(DSQ_ERR_FORMAT, "%s: %s is not valid UTF-8 at byte %zu", path, what, i);
             i += k;
             continue;
@@ -468,13 +434,9 @@ static dsq_status model_add_file(st_model_impl *mi, dsq_st_file *f)
     m->files[m->n_files] = f;
     uint32_t fi = (uint32_t)m->n_files++;
     size_t need = m->n_tensors + f->n_tensors;
-    if (need > mi->cap_tensors) {
-        size_t cap = need > 2 * mi->cap_tensors ? need : 2 * mi->cap_tensors;
-        struct dsq_st_ref *t = realloc(m->tensors, (cap ? cap : 1) * sizeof *t);
-        if (!t) return nomem(f->map.path);
-        m->tensors = t;
-        mi->cap_tensors = cap;
-    }
+    struct dsq_st_ref *t = dsq_grow(m->tensors, &mi->cap_tensors, need, sizeof *t);
+    if (!t) return nomem(f->map.path);
+    m->tensors = t;
     for (size_t i = 0; i < f->n_tensors; i++) {
         m->tensors[m->n_tensors].file = fi;
         m->tensors[m->n_tensors].idx = (uint32_t)i;
@@ -730,17 +692,12 @@ typedef struct st_sbuf {
 static void sb_put(st_sbuf *b, const char *s, size_t n)
 {
     if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
+    char *p = n < SIZE_MAX - 1 - b->len ? dsq_grow(b->p, &b->cap, b->len + n + 1, 1) : NULL;
+    if (!p) {
+        b->oom = true;
+        return;
     }
+    b->p = p;
     memcpy(b->p + b->len, s, n);
     b->len += n;
     b->p[b->len] = '\0';
@@ -913,13 +870,9 @@ dsq_status dsq_st_writer_add(dsq_st_writer *w, const char *name, dsq_type type, 
     uint64_t nelems, nbytes;
     if (!dsq_mul_dims(shape, n_dims, &nelems) || dsq_type_nbytes(type, nelems, &nbytes) != DSQ_OK)
         return dsq_fail(DSQ_ERR_ARG, "%s/%s: tensor \"%s\": negative dim or size overflow", w->dir, w->base, name);
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? 2 * w->cap : 64;
-        st_wtensor *t = realloc(w->t, cap * sizeof *t);
-        if (!t) return nomem(w->dir);
-        w->t = t;
-        w->cap = cap;
-    }
+    st_wtensor *grown = dsq_grow(w->t, &w->cap, w->n + 1, sizeof *grown);
+    if (!grown) return nomem(w->dir);
+    w->t = grown;
     st_wtensor *t = &w->t[w->n];
     memset(t, 0, sizeof *t);
     t->name = strdup(name);

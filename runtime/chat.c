@@ -4,11 +4,13 @@
 #include "runtime/chat.h"
 
 #include <cjson/cJSON.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/fileio.h"
+#include "core/grow.h"
 
 #define MAX_TEMPLATE (1u << 20)
 
@@ -179,16 +181,12 @@ typedef struct sbuf {
 static void put_n(sbuf *b, const char *s, size_t n)
 {
     if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p, b->cap = cap;
+    char *p = n < SIZE_MAX - 1 - b->n ? dsq_grow(b->p, &b->cap, b->n + n + 1, 1) : NULL;
+    if (!p) {
+        b->oom = true;
+        return;
     }
+    b->p = p;
     memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;

@@ -49,8 +49,7 @@ static dsq_status find(const dsq_model *m, const char *gguf, dsq_tensor *t, bool
     } else {
         char hf[256];
         dsq_permute_kind perm;
-        if (dsq_name_gguf_to_hf(&m->arch, gguf, hf, sizeof hf, &perm) == DSQ_OK) idx = dsq_st_model_find(c->st, hf);
-        dsq_clear_error();
+        if (dsq_name_find_hf(&m->arch, gguf, hf, sizeof hf, &perm)) idx = dsq_st_model_find(c->st, hf);
     }
     *found = idx >= 0;
     if (!*found) return DSQ_OK;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/grow.h"
 
 typedef struct cand {
     float logit;
@@ -143,12 +144,9 @@ static bool is_stop(const dsq_gen_opts *o, int32_t t)
 
 static dsq_status push(dsq_tokens *v, int32_t t)
 {
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 64;
-        int32_t *p = realloc(v->ids, cap * sizeof *p);
-        if (!p) return dsq_fail(DSQ_ERR_NOMEM, "generate: out of memory");
-        v->ids = p, v->cap = cap;
-    }
+    int32_t *p = dsq_grow(v->ids, &v->cap, v->n + 1, sizeof *p);
+    if (!p) return dsq_fail(DSQ_ERR_NOMEM, "generate: out of memory");
+    v->ids = p;
     v->ids[v->n++] = t;
     return DSQ_OK;
 }

@@ -43,9 +43,11 @@ static dsq_status read_tokens(dsq_tokenizer *t, const dsq_gguf_array *toks, cons
         t->text[i] = dsq_tok_arena_dup(&t->arena, p, n);
         if (!t->text[i]) return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory for the vocabulary", path);
         t->text_len[i] = (uint32_t)n;
-        if (!dsq_tok_map_put(&t->vocab, t->text[i], (uint32_t)n, (int32_t)i))
+        int64_t first;
+        DSQ_TRY(dsq_strmap_put(&t->vocab, t->text[i], n, i, &first));
+        if (first >= 0)
             return dsq_fail(DSQ_ERR_FORMAT, "%s: tokenizer.ggml.tokens: duplicate token \"%.40s\" at %u (first at %d)",
-                            path, t->text[i], i, dsq_tok_map_get(&t->vocab, t->text[i], n));
+                            path, t->text[i], i, (int)first);
     }
     return DSQ_OK;
 }
@@ -82,7 +84,7 @@ static dsq_status read_merges(dsq_tokenizer *t, const dsq_gguf *g, const char *p
     DSQ_TRY(dsq_gguf_get_arr(g, "tokenizer.ggml.merges", DSQ_GGUF_STRING, &a));
     if (a->n > (uint64_t)INT32_MAX / 4)
         return dsq_fail(DSQ_ERR_FORMAT, "%s: tokenizer.ggml.merges has %llu entries", path, (unsigned long long)a->n);
-    DSQ_TRY(dsq_tok_map_init(&t->merges, (uint32_t)a->n));
+    DSQ_TRY(dsq_strmap_reserve(&t->merges, (size_t)a->n));
     const dsq_gguf_str *s = a->data;
     for (uint32_t i = 0; i < (uint32_t)a->n; i++) {
         /* llama.cpp splits at the first space after the first byte; a merge
@@ -90,7 +92,7 @@ static dsq_status read_merges(dsq_tokenizer *t, const dsq_gguf *g, const char *p
         if (s[i].len < 3 || s[i].len > UINT32_MAX / 2 || !memchr(s[i].ptr + 1, ' ', (size_t)s[i].len - 1)) continue;
         char *k = dsq_tok_arena_dup(&t->arena, s[i].ptr, (size_t)s[i].len);
         if (!k) return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory for the merges", path);
-        dsq_tok_map_put(&t->merges, k, (uint32_t)s[i].len, (int32_t)i); /* a repeat keeps its first rank */
+        DSQ_TRY(dsq_strmap_put(&t->merges, k, (size_t)s[i].len, i, NULL)); /* a repeat keeps its first rank */
     }
     return DSQ_OK;
 }
@@ -166,7 +168,7 @@ static dsq_status load_gguf(dsq_tokenizer **tp, const dsq_gguf *g, const char *p
     DSQ_TRY(dsq_tok_new((uint32_t)toks->n, tp));
     dsq_tokenizer *t = *tp;
     t->type = spm ? DSQ_TOK_SPM : DSQ_TOK_BPE;
-    DSQ_TRY(dsq_tok_map_init(&t->vocab, t->n_vocab));
+    DSQ_TRY(dsq_strmap_reserve(&t->vocab, t->n_vocab));
     DSQ_TRY(read_tokens(t, toks, path));
     DSQ_TRY(read_scores_types(t, g, path));
     if (spm) {

@@ -328,7 +328,7 @@ static dsq_status read_vocab(hf_ctx *c, const cJSON *vocab, const cJSON *added, 
         if (jbool(e, "rstrip", false)) a |= DSQ_TOKATTR_RSTRIP;
         t->attr[id] = a;
     }
-    DSQ_TRY(dsq_tok_map_init(&t->vocab, entries + t->n_vocab));
+    DSQ_TRY(dsq_strmap_reserve(&t->vocab, (size_t)entries + t->n_vocab));
     for (uint32_t i = 0; i < t->n_vocab; i++) {
         if (!t->text[i]) { /* a hole in the ids, filled as llama.cpp's converter does */
             char pad[32];
@@ -336,9 +336,9 @@ static dsq_status read_vocab(hf_ctx *c, const cJSON *vocab, const cJSON *added, 
             DSQ_TRY(set_text(c, i, pad));
             t->attr[i] = DSQ_TOKATTR_UNUSED;
         }
-        if (!dsq_tok_map_put(&t->vocab, t->text[i], t->text_len[i], (int32_t)i))
-            DSQ_LOGD("%s: token %u repeats the text of token %d", c->path, i,
-                     dsq_tok_map_get(&t->vocab, t->text[i], t->text_len[i]));
+        int64_t first;
+        DSQ_TRY(dsq_strmap_put(&t->vocab, t->text[i], t->text_len[i], i, &first));
+        if (first >= 0) DSQ_LOGD("%s: token %u repeats the text of token %d", c->path, i, (int)first);
     }
     return DSQ_OK;
 }
@@ -347,7 +347,7 @@ static dsq_status read_merges(hf_ctx *c, const cJSON *merges)
 {
     dsq_tokenizer *t = c->t;
     int n = cJSON_GetArraySize(merges);
-    DSQ_TRY(dsq_tok_map_init(&t->merges, (uint32_t)(n > 0 ? n : 0)));
+    DSQ_TRY(dsq_strmap_reserve(&t->merges, (size_t)(n > 0 ? n : 0)));
     const cJSON *e;
     int32_t rank = 0;
     dsq_tok_buf key = {0};
@@ -372,7 +372,8 @@ static dsq_status read_merges(hf_ctx *c, const cJSON *merges)
             st = dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory for the merges", c->path);
             break;
         }
-        dsq_tok_map_put(&t->merges, k, (uint32_t)key.n, rank++); /* a repeat keeps its first rank */
+        st = dsq_strmap_put(&t->merges, k, key.n, rank++, NULL); /* a repeat keeps its first rank */
+        if (st != DSQ_OK) break;
     }
     dsq_tok_buf_free(&key);
     return st;
@@ -385,7 +386,7 @@ static dsq_status parse_model(hf_ctx *c, const cJSON *model)
     t->ignore_merges = jbool(model, "ignore_merges", false);
     t->hf_unk_fallback = true;
     const char *unk = jstr(model, "unk_token");
-    if (unk) t->unk = dsq_tok_map_get(&t->vocab, unk, strlen(unk));
+    if (unk) t->unk = (int32_t)dsq_strmap_get(&t->vocab, unk, strlen(unk));
     const char *cs = jstr(model, "continuing_subword_prefix"), *ew = jstr(model, "end_of_word_suffix");
     if (cs && cs[0]) return unsupported(c, "model.continuing_subword_prefix", cs);
     if (ew && ew[0]) return unsupported(c, "model.end_of_word_suffix", ew);
@@ -440,7 +441,7 @@ static void template_specials(const cJSON *pp, const char **before, const char *
 
 static int32_t find_text(const dsq_tokenizer *t, const char *s)
 {
-    return s ? dsq_tok_map_get(&t->vocab, s, strlen(s)) : -1;
+    return s ? (int32_t)dsq_strmap_get(&t->vocab, s, strlen(s)) : -1;
 }
 
 static dsq_status read_config(hf_ctx *c, const char *dir, const cJSON *root)

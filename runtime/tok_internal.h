@@ -11,6 +11,7 @@
 #include <pcre2.h>
 
 #include "core/status.h"
+#include "core/strmap.h"
 #include "runtime/tokenizer.h"
 
 /* ---- arena: strings that live as long as the tokenizer ---- */
@@ -22,25 +23,6 @@ typedef struct dsq_tok_arena {
 /* Copy of s[0..n) with a NUL after it; NULL when out of memory. */
 char *dsq_tok_arena_dup(dsq_tok_arena *a, const char *s, size_t n);
 void dsq_tok_arena_free(dsq_tok_arena *a);
-
-/* ---- string -> int32 map (open addressing; keys are borrowed) ---- */
-typedef struct dsq_tok_map {
-    uint32_t mask;   /* table size - 1 (a power of two) */
-    uint32_t n, cap; /* entries used / allowed */
-    uint32_t *slots; /* entry index + 1, 0 = empty */
-    const char **keys;
-    uint32_t *lens;
-    uint32_t *hashes;
-    int32_t *vals;
-} dsq_tok_map;
-
-dsq_status dsq_tok_map_init(dsq_tok_map *m, uint32_t cap);
-void dsq_tok_map_free(dsq_tok_map *m);
-/* Inserts unless the key is present (the first value wins, as with
- * std::unordered_map::emplace). Returns false for a duplicate. The map must
- * have room (n < cap); callers size it for every key they will insert. */
-bool dsq_tok_map_put(dsq_tok_map *m, const char *key, uint32_t len, int32_t val);
-int32_t dsq_tok_map_get(const dsq_tok_map *m, const char *key, size_t len);
 
 /* ---- growable byte buffer ---- */
 typedef struct dsq_tok_buf {
@@ -163,8 +145,8 @@ struct dsq_tokenizer {
     const char **piece; /* token_to_piece(special = true), built once */
     uint32_t *piece_len;
 
-    dsq_tok_map vocab;
-    dsq_tok_map merges; /* "left right" -> rank */
+    dsq_strmap vocab;  /* text -> id; the first id of a repeated text wins, as std::unordered_map::emplace */
+    dsq_strmap merges; /* "left right" -> rank */
 
     dsq_tok_step *steps;
     size_t n_steps;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/grow.h"
 #include "runtime/tok_internal.h"
 
 typedef struct sym {
@@ -79,14 +80,12 @@ void dsq_tok_ws_free(dsq_tok_ws *ws)
     memset(ws, 0, sizeof *ws);
 }
 
+/* The workspace's buffers are void *, so one wrapper serves them all. */
 static dsq_status grow(void **p, size_t *cap, size_t want, size_t elem)
 {
-    if (want <= *cap) return DSQ_OK;
-    if (want > SIZE_MAX / elem) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: text too large");
-    void *q = realloc(*p, want * elem);
+    void *q = dsq_grow(*p, cap, want, elem);
     if (!q) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: out of memory for %zu symbols", want);
     *p = q;
-    *cap = want;
     return DSQ_OK;
 }
 
@@ -131,7 +130,7 @@ static void bpe_try_pair(const dsq_tokenizer *t, dsq_tok_ws *ws, heap *h, const 
     memcpy(key, w + sy[l].off, sy[l].n);
     key[sy[l].n] = ' ';
     memcpy(key + sy[l].n + 1, w + sy[r].off, sy[r].n);
-    int32_t rank = dsq_tok_map_get(&t->merges, key, (size_t)sy[l].n + 1 + sy[r].n);
+    int32_t rank = (int32_t)dsq_strmap_get(&t->merges, key, (size_t)sy[l].n + 1 + sy[r].n);
     if (rank < 0) return;
     heap_push(h, (cand){(uint32_t)rank, l, sy[l].n + sy[r].n});
 }
@@ -164,7 +163,7 @@ dsq_status dsq_tok_bpe_word(const dsq_tokenizer *t, dsq_tok_ws *ws, const char *
 {
     if (n == 0) return DSQ_OK;
     if (t->ignore_merges) {
-        int32_t id = dsq_tok_map_get(&t->vocab, w, n);
+        int32_t id = (int32_t)dsq_strmap_get(&t->vocab, w, n);
         if (id >= 0) return dsq_tokens_push(out, id);
     }
     int32_t ns = 0;
@@ -183,7 +182,7 @@ dsq_status dsq_tok_bpe_word(const dsq_tokenizer *t, dsq_tok_ws *ws, const char *
     }
     for (int32_t i = 0; i != -1; i = sy[i].next) {
         const char *s = w + sy[i].off;
-        int32_t id = dsq_tok_map_get(&t->vocab, s, sy[i].n);
+        int32_t id = (int32_t)dsq_strmap_get(&t->vocab, s, sy[i].n);
         if (id >= 0)
             DSQ_TRY(dsq_tokens_push(out, id));
         else
@@ -209,7 +208,7 @@ static void spm_try_pair(const dsq_tokenizer *t, dsq_tok_ws *ws, heap *h, const 
     const sym *sy = ws->syms;
     /* Adjacent symbols are contiguous bytes: no copy needed. */
     uint32_t size = sy[l].n + sy[r].n;
-    int32_t id = dsq_tok_map_get(&t->vocab, s + sy[l].off, size);
+    int32_t id = (int32_t)dsq_strmap_get(&t->vocab, s + sy[l].off, size);
     if (id < 0) return;
     heap_push(h, (cand){score_key(t->score[id]), l, size});
 }
@@ -242,7 +241,7 @@ dsq_status dsq_tok_spm_text(const dsq_tokenizer *t, dsq_tok_ws *ws, const char *
      * vocabulary; llama.cpp's rev_merge re-segmentation never applies to them
      * and they go out as bytes. */
     for (int32_t i = 0; i != -1; i = sy[i].next) {
-        int32_t id = dsq_tok_map_get(&t->vocab, s + sy[i].off, sy[i].n);
+        int32_t id = (int32_t)dsq_strmap_get(&t->vocab, s + sy[i].off, sy[i].n);
         if (id >= 0) {
             DSQ_TRY(dsq_tokens_push(out, id));
             continue;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/grow.h"
 #include "core/log.h"
 #include "runtime/tok_internal.h"
 
@@ -284,14 +285,9 @@ typedef struct pieces {
 
 static dsq_status pieces_push(pieces *p, size_t start, size_t end, bool delim)
 {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 64;
-        if (cap > SIZE_MAX / sizeof *p->v) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: too many pieces");
-        piece *v = realloc(p->v, cap * sizeof *v);
-        if (!v) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: out of memory for %zu pieces", cap);
-        p->v = v;
-        p->cap = cap;
-    }
+    piece *v = dsq_grow(p->v, &p->cap, p->n + 1, sizeof *v);
+    if (!v) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: out of memory for %zu pieces", p->n + 1);
+    p->v = v;
     p->v[p->n++] = (piece){start, end, delim};
     return DSQ_OK;
 }

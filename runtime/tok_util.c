@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/grow.h"
 #include "runtime/tok_internal.h"
 
 /* ---------------------------------------------------------------- arena */
@@ -46,93 +47,15 @@ void dsq_tok_arena_free(dsq_tok_arena *a)
     a->head = NULL;
 }
 
-/* ---------------------------------------------------------------- map */
-
-static uint32_t hash_bytes(const char *s, size_t n)
-{
-    /* FNV-1a, folded from 64 bits. */
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ull;
-    }
-    return (uint32_t)(h ^ (h >> 32));
-}
-
-dsq_status dsq_tok_map_init(dsq_tok_map *m, uint32_t cap)
-{
-    memset(m, 0, sizeof *m);
-    if (cap > (1u << 29)) return dsq_fail(DSQ_ERR_ARG, "tokenizer map: %u entries is too many", cap);
-    uint32_t size = 16;
-    while (size < cap * 2u) size <<= 1;
-    m->mask = size - 1;
-    m->cap = cap;
-    m->slots = calloc(size, sizeof *m->slots);
-    m->keys = malloc((cap ? cap : 1) * sizeof *m->keys);
-    m->lens = malloc((cap ? cap : 1) * sizeof *m->lens);
-    m->hashes = malloc((cap ? cap : 1) * sizeof *m->hashes);
-    m->vals = malloc((cap ? cap : 1) * sizeof *m->vals);
-    if (!m->slots || !m->keys || !m->lens || !m->hashes || !m->vals) {
-        dsq_tok_map_free(m);
-        return dsq_fail(DSQ_ERR_NOMEM, "tokenizer map: out of memory for %u entries", cap);
-    }
-    return DSQ_OK;
-}
-
-void dsq_tok_map_free(dsq_tok_map *m)
-{
-    free(m->slots);
-    free(m->keys);
-    free(m->lens);
-    free(m->hashes);
-    free(m->vals);
-    memset(m, 0, sizeof *m);
-}
-
-bool dsq_tok_map_put(dsq_tok_map *m, const char *key, uint32_t len, int32_t val)
-{
-    uint32_t h = hash_bytes(key, len);
-    for (uint32_t i = h & m->mask;; i = (i + 1) & m->mask) {
-        uint32_t e = m->slots[i];
-        if (!e) {
-            if (m->n >= m->cap) return false;
-            m->keys[m->n] = key;
-            m->lens[m->n] = len;
-            m->hashes[m->n] = h;
-            m->vals[m->n] = val;
-            m->slots[i] = ++m->n;
-            return true;
-        }
-        e--;
-        if (m->hashes[e] == h && m->lens[e] == len && !memcmp(m->keys[e], key, len)) return false;
-    }
-}
-
-int32_t dsq_tok_map_get(const dsq_tok_map *m, const char *key, size_t len)
-{
-    if (!m->slots || len > UINT32_MAX) return -1;
-    uint32_t h = hash_bytes(key, len);
-    for (uint32_t i = h & m->mask;; i = (i + 1) & m->mask) {
-        uint32_t e = m->slots[i];
-        if (!e) return -1;
-        e--;
-        if (m->hashes[e] == h && m->lens[e] == len && !memcmp(m->keys[e], key, len)) return m->vals[e];
-    }
-}
-
 /* ---------------------------------------------------------------- buffers */
 
 dsq_status dsq_tok_buf_reserve(dsq_tok_buf *b, size_t extra)
 {
     if (extra > SIZE_MAX / 2 - b->n) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: text too large");
     size_t need = b->n + extra + 1; /* room for a NUL */
-    if (need <= b->cap) return DSQ_OK;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < need) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: out of memory for %zu bytes", cap);
+    char *p = dsq_grow(b->p, &b->cap, need, 1);
+    if (!p) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: out of memory for %zu bytes", need);
     b->p = p;
-    b->cap = cap;
     return DSQ_OK;
 }
 
@@ -153,14 +76,9 @@ void dsq_tok_buf_free(dsq_tok_buf *b)
 
 dsq_status dsq_tokens_push(dsq_tokens *v, int32_t id)
 {
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 256;
-        if (cap > SIZE_MAX / sizeof *v->ids) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: too many tokens");
-        int32_t *p = realloc(v->ids, cap * sizeof *p);
-        if (!p) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: out of memory for %zu token ids", cap);
-        v->ids = p;
-        v->cap = cap;
-    }
+    int32_t *p = dsq_grow(v->ids, &v->cap, v->n + 1, sizeof *p);
+    if (!p) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: out of memory for %zu token ids", v->n + 1);
+    v->ids = p;
     v->ids[v->n++] = id;
     return DSQ_OK;
 }
@@ -174,14 +92,9 @@ void dsq_tokens_free(dsq_tokens *v)
 
 dsq_status dsq_tok_spans_push(dsq_tok_spans *s, size_t start, size_t end)
 {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 64;
-        if (cap > SIZE_MAX / sizeof *s->v) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: too many pieces");
-        dsq_tok_span *p = realloc(s->v, cap * sizeof *p);
-        if (!p) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: out of memory for %zu pieces", cap);
-        s->v = p;
-        s->cap = cap;
-    }
+    dsq_tok_span *p = dsq_grow(s->v, &s->cap, s->n + 1, sizeof *p);
+    if (!p) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: out of memory for %zu pieces", s->n + 1);
+    s->v = p;
     s->v[s->n].start = start;
     s->v[s->n].end = end;
     s->n++;

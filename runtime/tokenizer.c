@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/fileio.h"
+#include "core/grow.h"
 #include "core/log.h"
 #include "runtime/tok_internal.h"
 
@@ -44,8 +45,8 @@ void dsq_tokenizer_free(dsq_tokenizer *t)
     free(t->attr);
     free(t->piece);
     free(t->piece_len);
-    dsq_tok_map_free(&t->vocab);
-    dsq_tok_map_free(&t->merges);
+    dsq_strmap_free(&t->vocab);
+    dsq_strmap_free(&t->merges);
     for (size_t i = 0; i < t->n_steps; i++) dsq_tok_step_free(&t->steps[i]);
     free(t->steps);
     for (size_t i = 0; i < t->n_norms; i++)
@@ -115,7 +116,7 @@ static const char *const g_control_texts[] = {
 static void mark_control_texts(dsq_tokenizer *t)
 {
     for (size_t i = 0; i < sizeof g_control_texts / sizeof g_control_texts[0]; i++) {
-        int32_t id = dsq_tok_map_get(&t->vocab, g_control_texts[i], strlen(g_control_texts[i]));
+        int32_t id = (int32_t)dsq_strmap_get(&t->vocab, g_control_texts[i], strlen(g_control_texts[i]));
         if (id >= 0) t->attr[id] |= DSQ_TOKATTR_CONTROL;
     }
 }
@@ -171,9 +172,9 @@ static void build_byte_tables(dsq_tokenizer *t)
     static const char hex[] = "0123456789ABCDEF";
     for (int b = 0; b < 256; b++) {
         char buf[6] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>'};
-        t->byte_tok[b] = dsq_tok_map_get(&t->vocab, buf, 6);
+        t->byte_tok[b] = (int32_t)dsq_strmap_get(&t->vocab, buf, 6);
         char c = (char)b;
-        t->char_tok[b] = dsq_tok_map_get(&t->vocab, &c, 1);
+        t->char_tok[b] = (int32_t)dsq_strmap_get(&t->vocab, &c, 1);
     }
 }
 
@@ -278,7 +279,7 @@ dsq_status dsq_tok_finish(dsq_tokenizer *t, const char *what)
         return dsq_fail(DSQ_ERR_FORMAT, "%s: add_bos_token is true but no BOS token is set", what);
     if (t->add_eos && t->eos < 0)
         return dsq_fail(DSQ_ERR_FORMAT, "%s: add_eos_token is true but no EOS token is set", what);
-    DSQ_LOGD("%s: %s tokenizer, pre \"%s\", %u tokens, %u merges, %zu special", what,
+    DSQ_LOGD("%s: %s tokenizer, pre \"%s\", %u tokens, %zu merges, %zu special", what,
              t->type == DSQ_TOK_SPM ? "SPM" : "BPE", t->pre, t->n_vocab, t->merges.n, t->n_special);
     return DSQ_OK;
 }
@@ -297,14 +298,9 @@ typedef struct frags {
 
 static dsq_status frags_push(frags *f, frag x)
 {
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 16;
-        if (cap > SIZE_MAX / sizeof *f->v) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: too many fragments");
-        frag *v = realloc(f->v, cap * sizeof *v);
-        if (!v) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: out of memory for %zu fragments", cap);
-        f->v = v;
-        f->cap = cap;
-    }
+    frag *v = dsq_grow(f->v, &f->cap, f->n + 1, sizeof *v);
+    if (!v) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: out of memory for %zu fragments", f->n + 1);
+    f->v = v;
     f->v[f->n++] = x;
     return DSQ_OK;
 }
@@ -709,7 +705,7 @@ uint32_t dsq_tokenizer_token_attr(const dsq_tokenizer *t, int32_t id)
 int32_t dsq_tokenizer_find(const dsq_tokenizer *t, const char *text, size_t len)
 {
     if (!t || (!text && len)) return -1;
-    return dsq_tok_map_get(&t->vocab, text ? text : "", len);
+    return (int32_t)dsq_strmap_get(&t->vocab, text ? text : "", len);
 }
 
 dsq_status dsq_tokenizer_load(const char *path, dsq_tokenizer **out)

@@ -438,6 +438,11 @@ static void test_path_helpers(void **state)
     assert_int_equal(dsq_path_join(buf, sizeof buf, NULL, "cd"), DSQ_OK);
     assert_int_equal(dsq_path_join(buf, sizeof buf, "0123456", "89abcdef"), DSQ_ERR_ARG); /* 16 + NUL */
     assert_int_equal(dsq_path_join(buf, sizeof buf, "0123456", "89abcde"), DSQ_OK);
+    dsq_fail(DSQ_ERR_IO, "sentinel");
+    assert_false(dsq_path_join_fits(buf, sizeof buf, "0123456", "89abcdef"));
+    assert_true(dsq_path_join_fits(buf, sizeof buf, "0123456", "89abcde"));
+    assert_string_equal(buf, "0123456/89abcde");
+    assert_string_equal(dsq_errmsg(), "sentinel"); /* the lookup records nothing */
     assert_true(dsq_is_dir(fx->dir));
     assert_false(dsq_exists(at(fx, "x")));
     assert_int_equal(symlink("nowhere", fx->path), 0);

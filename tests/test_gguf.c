@@ -553,6 +553,57 @@ static void test_getters(void **state)
     free(path);
 }
 
+/* Every lookup answers yes exactly when its getter succeeds, with the same
+ * value, and never touches the thread's message, over every key of the rich
+ * file and one that is absent. */
+static void test_lookups_match_getters(void **state)
+{
+    (void)state;
+    char *path = write_rich("find.gguf");
+    dsq_gguf *g;
+    assert_int_equal(dsq_gguf_open(path, &g), DSQ_OK);
+    for (uint64_t i = 0; i <= g->n_kv; i++) {
+        const char *key = i < g->n_kv ? g->kv[i].key : "no.such.key";
+        uint64_t u64a = 0, u64b = 0;
+        uint32_t u32a = 0, u32b = 0;
+        float fa = 0, fb = 0;
+        bool boa = false, bob = false;
+        const char *sa = NULL, *sb = NULL;
+        const dsq_gguf_array *aa = NULL, *ab = NULL;
+        dsq_fail(DSQ_ERR_IO, "sentinel");
+        bool f_u64 = dsq_gguf_find_u64(g, key, &u64a), f_u32 = dsq_gguf_find_u32(g, key, &u32a);
+        bool f_f32 = dsq_gguf_find_f32(g, key, &fa), f_bool = dsq_gguf_find_bool(g, key, &boa);
+        bool f_str = dsq_gguf_find_str(g, key, &sa);
+        bool f_arr = dsq_gguf_find_arr(g, key, DSQ_GGUF_STRING, &aa);
+        assert_string_equal(dsq_errmsg(), "sentinel");
+        assert_int_equal(f_u64, dsq_gguf_get_u64(g, key, &u64b) == DSQ_OK);
+        assert_int_equal(f_u32, dsq_gguf_get_u32(g, key, &u32b) == DSQ_OK);
+        assert_int_equal(f_f32, dsq_gguf_get_f32(g, key, &fb) == DSQ_OK);
+        assert_int_equal(f_bool, dsq_gguf_get_bool(g, key, &bob) == DSQ_OK);
+        assert_int_equal(f_str, dsq_gguf_get_str(g, key, &sb) == DSQ_OK);
+        assert_int_equal(f_arr, dsq_gguf_get_arr(g, key, DSQ_GGUF_STRING, &ab) == DSQ_OK);
+        assert_true(u64a == u64b && u32a == u32b && fa == fb && boa == bob && sa == sb && aa == ab);
+    }
+    uint32_t u32;
+    assert_true(dsq_gguf_find_u32(g, "s.u8", &u32) && u32 == 200);
+    assert_false(dsq_gguf_find_u32(g, "s.i32", &u32)); /* negative */
+    assert_false(dsq_gguf_find_u32(g, "s.u64", &u32)); /* too big */
+    dsq_gguf_close(g);
+    free(path);
+
+    dsq_gguf_writer *w;
+    assert_int_equal(dsq_gguf_writer_new(&w), DSQ_OK);
+    assert_int_equal(dsq_gguf_set_u32(w, "k", 1), DSQ_OK);
+    dsq_fail(DSQ_ERR_IO, "sentinel");
+    assert_true(dsq_gguf_writer_has(w, "k"));
+    assert_false(dsq_gguf_writer_has(w, "other"));
+    assert_false(dsq_gguf_writer_has(w, NULL));
+    assert_string_equal(dsq_errmsg(), "sentinel");
+    assert_int_equal(dsq_gguf_remove(w, "k"), DSQ_OK);
+    assert_false(dsq_gguf_writer_has(w, "k"));
+    dsq_gguf_writer_free(w);
+}
+
 /* ---- hostile files ---- */
 
 static void test_hostile_header(void **state)
@@ -993,6 +1044,7 @@ int main(void)
         cmocka_unit_test(test_rewrite_identical),
         cmocka_unit_test(test_setters_replace_remove),
         cmocka_unit_test(test_getters),
+        cmocka_unit_test(test_lookups_match_getters),
         cmocka_unit_test(test_hostile_header),
         cmocka_unit_test(test_hostile_kv),
         cmocka_unit_test(test_hostile_alignment),

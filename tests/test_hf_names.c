@@ -76,6 +76,15 @@ static void test_every_name_both_ways(void **state)
             fail_msg("%s: %s", g_pairs[i].gguf, dsq_errmsg());
         assert_string_equal(out, g_pairs[i].hf);
         assert_int_equal(perm, g_pairs[i].llama_perm);
+        /* the lookups give the same answers */
+        perm = (dsq_permute_kind)99;
+        assert_true(dsq_name_find_gguf(&a, g_pairs[i].hf, out, sizeof out, &perm));
+        assert_string_equal(out, g_pairs[i].gguf);
+        assert_int_equal(perm, g_pairs[i].llama_perm);
+        perm = (dsq_permute_kind)99;
+        assert_true(dsq_name_find_hf(&a, g_pairs[i].gguf, out, sizeof out, &perm));
+        assert_string_equal(out, g_pairs[i].hf);
+        assert_int_equal(perm, g_pairs[i].llama_perm);
     }
 }
 
@@ -149,6 +158,16 @@ static void test_bad_names(void **state)
     char tiny[8];
     assert_int_equal(dsq_name_hf_to_gguf(&a, "model.layers.1.mlp.down_proj.weight", tiny, sizeof tiny, NULL),
                      DSQ_ERR_ARG);
+    /* The lookups answer no without a message, for unmapped names and short buffers alike. */
+    dsq_fail(DSQ_ERR_IO, "sentinel");
+    char out[128];
+    for (size_t i = 0; i < sizeof bad_hf / sizeof bad_hf[0]; i++)
+        assert_false(dsq_name_find_gguf(&a, bad_hf[i], out, sizeof out, NULL));
+    for (size_t i = 0; i < sizeof bad_gguf / sizeof bad_gguf[0]; i++)
+        assert_false(dsq_name_find_hf(&a, bad_gguf[i], out, sizeof out, NULL));
+    assert_false(dsq_name_find_gguf(&a, "model.layers.1.mlp.down_proj.weight", tiny, sizeof tiny, NULL));
+    assert_false(dsq_name_find_hf(&a, "blk.1.ffn_down.weight", tiny, sizeof tiny, NULL));
+    assert_string_equal(dsq_errmsg(), "sentinel");
 }
 
 static void test_ignored(void **state)

@@ -690,6 +690,94 @@ static void test_gguf_refusals(void **state)
     const char *bad[3] = {"a", "\xff\xfe", "ab"};
     assert_int_equal(dsq_gguf_set_str_arr(w, "tokenizer.ggml.tokens", bad, NULL, 3), DSQ_OK);
     expect_gguf_fail(dir, w, DSQ_ERR_FORMAT, "tokenizer.ggml.tokens[1]");
+    /* Ill-formed UTF-8 that a lead-byte check lets through would make a
+     * tokenizer.json that Python's json and tokenizers refuse to read. */
+    static const char *const hostile[] = {
+        "\xC0\xAF",         /* overlong '/' */
+        "\xE0\x80\xAF",     /* overlong, 3 bytes */
+        "\xED\xA0\x80",     /* surrogate U+D800 */
+        "\xF4\x90\x80\x80", /* above U+10FFFF */
+        "\xE2\x82",         /* cut off */
+    };
+    for (size_t i = 0; i < sizeof hostile / sizeof hostile[0]; i++) {
+        w = base_writer("gpt2", "gpt-2", 3);
+        assert_int_equal(dsq_gguf_set_str_arr(w, "tokenizer.ggml.merges", merges, NULL, 1), DSQ_OK);
+        const char *toks[3] = {"a", hostile[i], "ab"};
+        assert_int_equal(dsq_gguf_set_str_arr(w, "tokenizer.ggml.tokens", toks, NULL, 3), DSQ_OK);
+        expect_gguf_fail(dir, w, DSQ_ERR_FORMAT, "tokenizer.ggml.tokens[1] is not valid UTF-8");
+        w = base_writer("gpt2", "gpt-2", 3);
+        assert_int_equal(dsq_gguf_set_str_arr(w, "tokenizer.ggml.merges", merges, NULL, 1), DSQ_OK);
+        assert_int_equal(dsq_gguf_set_str(w, "tokenizer.chat_template", hostile[i]), DSQ_OK);
+        expect_gguf_fail(dir, w, DSQ_ERR_FORMAT, "tokenizer.chat_template is not valid UTF-8");
+    }
+    /* A NUL inside a template would cut the JSON string short. */
+    w = base_writer("gpt2", "gpt-2", 3);
+    assert_int_equal(dsq_gguf_set_str_arr(w, "tokenizer.ggml.merges", merges, NULL, 1), DSQ_OK);
+    const char *names[1] = {"rag"};
+    assert_int_equal(dsq_gguf_set_str_arr(w, "tokenizer.chat_templates", names, NULL, 1), DSQ_OK);
+    dsq_gguf_value nul = {.type = DSQ_GGUF_STRING, .v.str = {"R\0x", 3}};
+    assert_int_equal(dsq_gguf_set(w, "tokenizer.chat_template.rag", &nul), DSQ_OK);
+    expect_gguf_fail(dir, w, DSQ_ERR_FORMAT, "tokenizer.chat_template.rag is not valid UTF-8");
+    dsq_test_rmtmp(dir);
+}
+
+/* A tokenizer-only gpt2 GGUF with a default template "D", the named-template
+ * list {tool_use, rag} and, of those, only rag's template; rag_as_u32 stores
+ * that one with the wrong type. */
+static dsq_gguf *named_templates_gguf(const char *dir, bool rag_as_u32)
+{
+    dsq_gguf_writer *w = base_writer("gpt2", "gpt-2", 3);
+    const char *merges[1] = {"a b"}, *names[2] = {"tool_use", "rag"};
+    assert_int_equal(dsq_gguf_set_str_arr(w, "tokenizer.ggml.merges", merges, NULL, 1), DSQ_OK);
+    assert_int_equal(dsq_gguf_set_str(w, "tokenizer.chat_template", "D"), DSQ_OK);
+    assert_int_equal(dsq_gguf_set_str_arr(w, "tokenizer.chat_templates", names, NULL, 2), DSQ_OK);
+    if (rag_as_u32)
+        assert_int_equal(dsq_gguf_set_u32(w, "tokenizer.chat_template.rag", 7), DSQ_OK);
+    else
+        assert_int_equal(dsq_gguf_set_str(w, "tokenizer.chat_template.rag", "R"), DSQ_OK);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/named%d.gguf", dir, (int)rag_as_u32);
+    assert_int_equal(dsq_gguf_writer_begin(w, path, true), DSQ_OK);
+    assert_int_equal(dsq_gguf_writer_finish(w), DSQ_OK);
+    dsq_gguf_writer_free(w);
+    dsq_gguf *g = NULL;
+    assert_int_equal(dsq_gguf_open(path, &g), DSQ_OK);
+    return g;
+}
+
+/* llama.cpp looks named templates up by key and never reads the list, so a
+ * list naming a template the file lacks loads there: the conversion warns,
+ * naming the key, and writes the templates that are there. A template of the
+ * wrong type is a one-line error naming its key. */
+static void test_gguf_named_template_missing(void **state)
+{
+    (void)state;
+    char *dir = dsq_test_mkdtemp();
+    char hf[4096];
+    snprintf(hf, sizeof hf, "%s/hf", dir);
+    assert_int_equal(mkdir(hf, 0755), 0);
+    dsq_gguf *g = named_templates_gguf(dir, false);
+    g_log[0] = '\0';
+    dsq_log_set_sink(capture, NULL);
+    dsq_status s = dsq_tokenizer_gguf_to_hf(g, hf);
+    dsq_log_set_sink(NULL, NULL);
+    dsq_gguf_close(g);
+    if (s != DSQ_OK) fail_msg("got %s (\"%s\"), want ok", dsq_status_name(s), dsq_errmsg());
+    if (!strstr(g_log, "\"tool_use\"") || !strstr(g_log, "tokenizer.chat_template.tool_use"))
+        fail_msg("warning \"%s\" does not name the missing template and its key", g_log);
+    cJSON *cfg = read_json(hf, "tokenizer_config.json");
+    char *chat = cJSON_PrintUnformatted(cJSON_GetObjectItem(cfg, "chat_template"));
+    assert_string_equal(chat, "[{\"name\":\"default\",\"template\":\"D\"},{\"name\":\"rag\",\"template\":\"R\"}]");
+    free(chat);
+    cJSON_Delete(cfg);
+
+    g = named_templates_gguf(dir, true);
+    s = dsq_tokenizer_gguf_to_hf(g, hf);
+    char want[4200];
+    snprintf(want, sizeof want, "%s: key 'tokenizer.chat_template.rag' is u32, expected str", g->path);
+    dsq_gguf_close(g);
+    assert_int_equal(s, DSQ_ERR_FORMAT);
+    assert_string_equal(dsq_errmsg(), want);
     dsq_test_rmtmp(dir);
 }
 
@@ -779,6 +867,7 @@ int main(void)
         cmocka_unit_test(test_llama_synthetic),    cmocka_unit_test(test_pre_table_round_trip),
         cmocka_unit_test(test_pre_recognition),    cmocka_unit_test(test_chat_templates),
         cmocka_unit_test(test_hf_refusals),        cmocka_unit_test(test_gguf_refusals),
+        cmocka_unit_test(test_gguf_named_template_missing),
         cmocka_unit_test(test_smollm2_round_trip), cmocka_unit_test(test_shared_vocabs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
