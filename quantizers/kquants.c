@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "kernels/cpu.h"
 #include "quantizers/kquants_internal.h"
 #include "quantizers/kquants_ref.h"
 #include "quantizers/quants.h"
@@ -731,7 +732,7 @@ void dsq_quantize_row_q8_K_ref(const float *x, void *vy, int64_t n, const float 
 bool dsq_kquants_simd_active(void)
 {
 #if DSQ_KQ_HAVE_AVX2
-    return __builtin_cpu_supports("avx2");
+    return dsq_cpu_has(DSQ_CPU_AVX2);
 #else
     return false;
 #endif
@@ -741,7 +742,7 @@ bool dsq_kquants_simd_active(void)
 #define KQ_QUANT(t)                                                                                \
     void dsq_quantize_row_##t(const float *x, void *y, int64_t n, const float *qw)                 \
     {                                                                                              \
-        if (__builtin_cpu_supports("avx2"))                                                        \
+        if (dsq_cpu_has(DSQ_CPU_AVX2))                                                           \
             dsq_kq_avx2_quantize_row_##t(x, y, n, qw);                                                 \
         else                                                                                       \
             dsq_quantize_row_##t##_ref(x, y, n, qw);                                               \

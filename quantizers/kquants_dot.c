@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "core/dtype.h"
+#include "kernels/cpu.h"
 #include "quantizers/kquants_internal.h"
 #include "quantizers/kquants_ref.h"
 #include "quantizers/quants.h"
@@ -252,7 +253,7 @@ void dsq_vec_dot_q6_K_q8_K_ref(int64_t n, float *s, const void *vx, const void *
 #define KQ_DOT(t)                                                                                  \
     void dsq_vec_dot_##t##_q8_K(int64_t n, float *s, const void *x, const void *y)                 \
     {                                                                                              \
-        if (__builtin_cpu_supports("avx2"))                                                        \
+        if (dsq_cpu_has(DSQ_CPU_AVX2))                                                           \
             dsq_kq_avx2_vec_dot_##t##_q8_K(n, s, x, y);                                                \
         else                                                                                       \
             dsq_vec_dot_##t##_q8_K_ref(n, s, x, y);                                                \

@@ -203,7 +203,4 @@ float dsq_make_qx_quants(int n, int nmax, const float *x, int8_t *L, int rmse_ty
 float dsq_make_qkx3_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
                            uint8_t *Laux, float rmin, float rdelta, int nstep, bool use_mad);
 
-/* True when the running CPU has AVX2 and FMA (the SIMD paths' requirement). */
-bool dsq_cpu_has_avx2_fma(void);
-
 #endif
