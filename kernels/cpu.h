@@ -2,8 +2,8 @@
  * by the CPU kernels: which instruction set they use (chosen at run time; tests
  * force the scalar reference to compare it with the SIMD one) and how many
  * OpenMP threads they start. Nothing else in the library asks the CPU
- * (scripts/check-layers.sh rejects __builtin_cpu_supports and cpuid outside
- * kernels/cpu_features.c). */
+ * (scripts/check-layers.sh rejects the compiler's CPU builtins and CPUID
+ * anywhere but kernels/cpu_features.c). */
 #ifndef DSQ_KERNELS_CPU_H
 #define DSQ_KERNELS_CPU_H
 
