@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "core/fileio.h"
+#include "core/json.h"
 
 enum {
     CONFIG_MAX_BYTES = 16 << 20,
@@ -251,7 +252,9 @@ dsq_status dsq_arch_from_hf_json(const char *json, const char *path, dsq_arch *o
 {
     memset(out, 0, sizeof *out);
     if (!path) path = "config.json";
-    cJSON *root = cJSON_Parse(json);
+    dsq_status why;
+    cJSON *root = dsq_json_parse(json, strlen(json), NULL, &why);
+    if (!root && why == DSQ_ERR_NOMEM) return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory parsing JSON", path);
     if (!root) return dsq_fail(DSQ_ERR_FORMAT, "%s: not valid JSON", path);
     cfg c = {root, path};
     const arch_row *row = NULL;

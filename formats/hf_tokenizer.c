@@ -24,6 +24,7 @@
 
 #include "core/fileio.h"
 #include "core/grow.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "core/strmap.h"
 #include "core/utf8.h"
@@ -105,6 +106,16 @@ static bool is_pad_name(const char *s, int64_t id)
 
 /* ================================================== pre-tokenizer table */
 
+/* Hands child to parent under key. cJSON copies the key, which can fail; the
+ * child is then still ours, so it is freed here (NULL child: false too). */
+static bool add_obj(cJSON *parent, const char *key, cJSON *child)
+{
+    if (!child) return false;
+    if (cJSON_AddItemToObject(parent, key, child)) return true;
+    cJSON_Delete(child);
+    return false;
+}
+
 static cJSON *j_split(const char *regex)
 {
     cJSON *o = cJSON_CreateObject();
@@ -114,8 +125,8 @@ static cJSON *j_split(const char *regex)
         cJSON_Delete(pat);
         return NULL;
     }
-    cJSON_AddItemToObject(o, "pattern", pat);
-    if (!cJSON_AddStringToObject(o, "behavior", "Isolated") || !cJSON_AddFalseToObject(o, "invert")) {
+    if (!add_obj(o, "pattern", pat) || !cJSON_AddStringToObject(o, "behavior", "Isolated") ||
+        !cJSON_AddFalseToObject(o, "invert")) {
         cJSON_Delete(o);
         return NULL;
     }
@@ -177,7 +188,10 @@ static cJSON *j_seq(int n, ...)
         cJSON_Delete(arr);
         return NULL;
     }
-    cJSON_AddItemToObject(o, "pretokenizers", arr);
+    if (!add_obj(o, "pretokenizers", arr)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
     return o;
 }
 
@@ -426,8 +440,10 @@ static dsq_status read_json(const char *dir, const char *name, size_t max, bool 
     *out = NULL;
     DSQ_TRY(read_optional(dir, name, max, &text, path, cap));
     if (!text) return required ? dsq_fail(DSQ_ERR_NOT_FOUND, "%s: not found", path) : DSQ_OK;
-    *out = cJSON_Parse(text);
+    dsq_status why;
+    *out = dsq_json_parse(text, strlen(text), NULL, &why);
     free(text);
+    if (!*out && why == DSQ_ERR_NOMEM) return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory parsing JSON", path);
     if (!*out || !cJSON_IsObject(*out)) {
         cJSON_Delete(*out);
         *out = NULL;
@@ -1286,13 +1302,6 @@ static dsq_status gvocab_load(const dsq_gguf *g, gvocab *v)
 
 /* ====================================== GGUF side: tokenizer.json pieces */
 
-static bool add_obj(cJSON *parent, const char *key, cJSON *child)
-{
-    if (!child) return false;
-    cJSON_AddItemToObject(parent, key, child);
-    return true;
-}
-
 static cJSON *j_added_token(int64_t id, const char *content, bool special)
 {
     cJSON *o = cJSON_CreateObject();
@@ -1343,8 +1352,7 @@ static cJSON *j_replace(const char *from, const char *to)
         cJSON_Delete(pat);
         return NULL;
     }
-    cJSON_AddItemToObject(o, "pattern", pat);
-    if (!cJSON_AddStringToObject(o, "content", to)) {
+    if (!add_obj(o, "pattern", pat) || !cJSON_AddStringToObject(o, "content", to)) {
         cJSON_Delete(o);
         return NULL;
     }
@@ -1369,7 +1377,10 @@ static cJSON *j_sequence(const char *listkey, cJSON **parts, int n)
         cJSON_Delete(arr);
         return NULL;
     }
-    cJSON_AddItemToObject(o, listkey, arr);
+    if (!add_obj(o, listkey, arr)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
     return o;
 }
 
@@ -1420,7 +1431,10 @@ static bool template_add(cJSON *arr, const char *kind, const char *id, int type_
         cJSON_Delete(in);
         return false;
     }
-    cJSON_AddItemToObject(o, kind, in);
+    if (!add_obj(o, kind, in)) {
+        cJSON_Delete(o);
+        return false;
+    }
     cJSON_AddItemToArray(arr, o);
     return true;
 }
@@ -1440,10 +1454,16 @@ static bool template_special_entry(cJSON *specials, const char *tok, int64_t id)
     }
     cJSON_AddItemToArray(ids, num);
     cJSON_AddItemToArray(toks, str);
-    cJSON_AddItemToObject(o, "ids", ids);
-    cJSON_AddItemToObject(o, "tokens", toks);
-    cJSON_AddItemToObject(specials, tok, o);
-    return true;
+    if (!add_obj(o, "ids", ids)) {
+        cJSON_Delete(toks);
+        cJSON_Delete(o);
+        return false;
+    }
+    if (!add_obj(o, "tokens", toks)) {
+        cJSON_Delete(o);
+        return false;
+    }
+    return add_obj(specials, tok, o);
 }
 
 /* TemplateProcessing that adds BOS/EOS as llama.cpp would. The pair form
@@ -1468,9 +1488,14 @@ static cJSON *j_template(const gvocab *v)
         cJSON_Delete(specials);
         return NULL;
     }
-    cJSON_AddItemToObject(o, "single", single);
-    cJSON_AddItemToObject(o, "pair", pair);
-    cJSON_AddItemToObject(o, "special_tokens", specials);
+    bool added = add_obj(o, "single", single);
+    if (!added) cJSON_Delete(pair);
+    added = added && add_obj(o, "pair", pair);
+    if (!added) cJSON_Delete(specials);
+    if (!(added && add_obj(o, "special_tokens", specials))) {
+        cJSON_Delete(o);
+        return NULL;
+    }
     return o;
 }
 
@@ -1795,7 +1820,7 @@ static dsq_status j_tokenizer_config(const gvocab *v, cJSON **out)
     if (ok && v->add_space_prefix >= 0) ok = cJSON_AddBoolToObject(o, "add_prefix_space", v->add_space_prefix);
     ok = ok && add_special_strings(o, v);
     if (ok && chat) {
-        cJSON_AddItemToObject(o, "chat_template", chat);
+        ok = add_obj(o, "chat_template", chat);
         chat = NULL;
     }
     ok = ok && cJSON_AddFalseToObject(o, "clean_up_tokenization_spaces");

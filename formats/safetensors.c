@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/grow.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "core/utf8.h"
 
@@ -78,10 +79,13 @@ static dsq_status parse_json(const char *path, const char *what, const char *tex
     memcpy(buf, text, n);
     buf[n] = '\0';
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(buf, n, &end, 0);
+    dsq_status why;
+    cJSON *root = dsq_json_parse(buf, n, &end, &why);
     size_t pos = end ? (size_t)(end - buf) : 0;
     dsq_status s = DSQ_OK;
-    if (!root) {
+    if (!root && why == DSQ_ERR_NOMEM) {
+        s = dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory parsing the %s", path, what);
+    } else if (!root) {
         s = dsq_fail(DSQ_ERR_FORMAT, "%s: %s is not valid JSON (error near byte %zu)", path, what, pos);
     } else {
         for (size_t i = pos; i < n && s == DSQ_OK; i++)

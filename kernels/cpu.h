@@ -1,10 +1,49 @@
-/* Settings shared by the CPU backend's kernels: which instruction set the
- * kernels use (chosen at run time; tests force the scalar reference to
- * compare it with the SIMD one) and how many OpenMP threads they start. */
+/* The one place that answers "does this CPU have X?", and the settings shared
+ * by the CPU kernels: which instruction set they use (chosen at run time; tests
+ * force the scalar reference to compare it with the SIMD one) and how many
+ * OpenMP threads they start. Nothing else in the library asks the CPU
+ * (scripts/check-layers.sh rejects the compiler's CPU builtins and CPUID
+ * anywhere but kernels/cpu_features.c). */
 #ifndef DSQ_KERNELS_CPU_H
 #define DSQ_KERNELS_CPU_H
 
 #include <stdbool.h>
+
+/* Instruction-set extensions, each answered only when the OS also saves the
+ * register state it needs (XCR0 through XGETBV): YMM for the AVX family,
+ * opmask + ZMM for AVX512, the tile state for AMX. So "yes" means an
+ * instruction of that extension runs, not just that CPUID lists it.
+ * AMX caveat: Linux also wants each process to ask for the tile data state
+ * (arch_prctl ARCH_REQ_XCOMP_PERM) before its first tile instruction; a future
+ * AMX kernel must do that, dsq_cpu_has() never does (it has no side effects). */
+typedef enum dsq_cpu_feature {
+    DSQ_CPU_AVX2,
+    DSQ_CPU_FMA,
+    DSQ_CPU_F16C,
+    DSQ_CPU_AVX512F,
+    DSQ_CPU_AVX512BW,
+    DSQ_CPU_AVX512VL,
+    DSQ_CPU_AVX512_BF16, /* vdpbf16ps, 512-bit and (with VL) narrower */
+    DSQ_CPU_AVX512_VNNI, /* vpdpbusd on ZMM */
+    DSQ_CPU_AVX_VNNI,    /* the VEX-encoded vpdpbusd of CPUs without AVX512 */
+    DSQ_CPU_AMX_BF16,
+    DSQ_CPU_AMX_INT8,
+    DSQ_CPU_N_FEATURES
+} dsq_cpu_feature;
+
+/* True when the running CPU and OS support f; false for unknown values and on
+ * other architectures. Probed once per process. */
+bool dsq_cpu_has(dsq_cpu_feature f);
+/* Lower-case name as in /proc/cpuinfo style lists ("avx512_bf16"); "?" if unknown. */
+const char *dsq_cpu_feature_name(dsq_cpu_feature f);
+
+/* The combinations the kernels are built for. */
+/* AVX2+FMA+F16C: the AVX2 paths of kernels/ and runtime/cpu/. */
+bool dsq_cpu_has_avx2(void);
+/* AVX2+FMA: the legacy and IQ4 quantizers' AVX2 paths (no F16C conversions). */
+bool dsq_cpu_has_avx2_fma(void);
+/* AVX512 F/BW/VL + AVX512-BF16: the fast BF16 GEMM kernel. */
+bool dsq_cpu_has_avx512bf16(void);
 
 typedef enum dsq_cpu_isa {
     DSQ_CPU_ISA_AUTO = 0, /* AVX2+FMA when the CPU has it, else scalar */
@@ -12,15 +51,12 @@ typedef enum dsq_cpu_isa {
     DSQ_CPU_ISA_AVX2, /* falls back to scalar on a CPU without AVX2+FMA */
 } dsq_cpu_isa;
 
-/* Process-wide; call while no kernel runs. */
+/* Process-wide; call while no kernel runs. The GGUF quantizers ignore it: their
+ * SIMD paths give the scalar reference's bytes, and tests call the references
+ * directly. */
 void dsq_cpu_set_isa(dsq_cpu_isa isa);
 /* True when the kernels should take their AVX2+FMA(+F16C) paths now. */
 bool dsq_cpu_use_avx2(void);
-/* True when the CPU could run them (whatever was forced). */
-bool dsq_cpu_has_avx2(void);
-
-/* AVX512-BF16 (vdpbf16ps) with AVX512 F/BW/VL: the fast BF16 GEMM kernel. */
-bool dsq_cpu_has_avx512bf16(void);
 /* True when dsq_gemm_bf16 should take its AVX512-BF16 kernel now (the CPU has
  * it and the scalar reference is not forced). */
 bool dsq_cpu_use_bf16_gemm(void);

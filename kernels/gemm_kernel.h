@@ -1,4 +1,4 @@
-/* The 6x16 micro-kernels behind dsq_gemm_f32 (internal to runtime/cpu):
+/* Private to kernels/ (gemm*.c): the 6x16 micro-kernels behind dsq_gemm_f32:
  * C[6 x 16] (+)= A[6 x kc] (rows lda apart) * Bp, where Bp is a packed panel
  * of kc rows of 16 floats (32-byte aligned). */
 #ifndef DSQ_KERNELS_GEMM_KERNEL_H

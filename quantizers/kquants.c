@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "kernels/cpu.h"
 #include "quantizers/kquants_internal.h"
 #include "quantizers/kquants_ref.h"
 #include "quantizers/quants.h"
@@ -269,7 +270,7 @@ static float kq_make_qp(int n, int nmax, const float *x, uint8_t *L, const float
  * Scale encoding, requantization and packing (shared with the AVX2 file)
  * ------------------------------------------------------------------------- */
 
-static void kq_plan_init(kq_plan *p, int n_sub, int sub, int lo, int hi, int off)
+static void kq_plan_init(dsq_kq_plan *p, int n_sub, int sub, int lo, int hi, int off)
 {
     p->n_sub = n_sub;
     p->sub = sub;
@@ -279,7 +280,7 @@ static void kq_plan_init(kq_plan *p, int n_sub, int sub, int lo, int hi, int off
     memset(p->dm, 0, sizeof p->dm);
 }
 
-void kq_requant_ref(const float *x, uint8_t *L, const kq_plan *p)
+void dsq_kq_requant_ref(const float *x, uint8_t *L, const dsq_kq_plan *p)
 {
     for (int j = 0; j < p->n_sub; j++) {
         const float d = p->d[j], dm = p->dm[j];
@@ -297,7 +298,7 @@ static void kq_pack_2bit(uint8_t *qs, const uint8_t *L)
             qs[j / 4 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
 }
 
-void kq_q2_plan_ref(kq_block_q2 *y, const float *scales, const float *mins, kq_plan *p)
+void dsq_kq_q2_plan_ref(dsq_block_q2_K *y, const float *scales, const float *mins, dsq_kq_plan *p)
 {
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < 16; j++) {
@@ -327,7 +328,7 @@ void kq_q2_plan_ref(kq_block_q2 *y, const float *scales, const float *mins, kq_p
     }
 }
 
-void kq_q2_plan_imat(kq_block_q2 *y, const float *scales, const float *mins, const float *sw, kq_plan *p)
+void dsq_kq_q2_plan_imat(dsq_block_q2_K *y, const float *scales, const float *mins, const float *sw, dsq_kq_plan *p)
 {
     uint8_t Ls[16], Lm[16];
     float dm = kq_make_qp(16, 15, scales, Ls, sw);
@@ -344,13 +345,13 @@ void kq_q2_plan_imat(kq_block_q2 *y, const float *scales, const float *mins, con
     }
 }
 
-void kq_q2_pack(kq_block_q2 *y, const uint8_t *L)
+void dsq_kq_q2_pack(dsq_block_q2_K *y, const uint8_t *L)
 {
     kq_pack_2bit(y->qs, L);
 }
 
 /* Levels 0..63 of the sixteen q3_K sub-blocks into the 12 scale bytes, and the plan. */
-static void kq_q3_put_scales(kq_block_q3 *y, const int *lv, kq_plan *p)
+static void kq_q3_put_scales(dsq_block_q3_K *y, const int *lv, dsq_kq_plan *p)
 {
     uint8_t *s = y->scales;
     memset(s, 0, 12);
@@ -364,10 +365,10 @@ static void kq_q3_put_scales(kq_block_q3 *y, const int *lv, kq_plan *p)
         s[j % 4 + 8] = (uint8_t)(s[j % 4 + 8] | (l << (2 * (j / 4))));
     }
     kq_plan_init(p, 16, 16, -4, 3, 4);
-    for (int j = 0; j < 16; j++) p->d[j] = kq_h2f(y->d) * (float)(int8_t)(kq_q3_scale(s, j) - 32);
+    for (int j = 0; j < 16; j++) p->d[j] = kq_h2f(y->d) * (float)(int8_t)(dsq_kq_q3_scale(s, j) - 32);
 }
 
-void kq_q3_plan_ref(kq_block_q3 *y, const float *scales, kq_plan *p)
+void dsq_kq_q3_plan_ref(dsq_block_q3_K *y, const float *scales, dsq_kq_plan *p)
 {
     float max_scale = 0, amax = 0;
     for (int j = 0; j < 16; j++) {
@@ -391,7 +392,7 @@ void kq_q3_plan_ref(kq_block_q3 *y, const float *scales, kq_plan *p)
     kq_q3_put_scales(y, lv, p);
 }
 
-void kq_q3_plan_imat(kq_block_q3 *y, const float *scales, const float *sw, kq_plan *p)
+void dsq_kq_q3_plan_imat(dsq_block_q3_K *y, const float *scales, const float *sw, dsq_kq_plan *p)
 {
     uint8_t Ls[16];
     float d_block = kq_make_qx(16, 32, scales, Ls, sw);
@@ -402,7 +403,7 @@ void kq_q3_plan_imat(kq_block_q3 *y, const float *scales, const float *sw, kq_pl
 }
 
 /* Levels 0..7: the high bit goes to hmask (element e: byte e%32, bit e/32), the rest to qs. */
-void kq_q3_pack(kq_block_q3 *y, const uint8_t *L)
+void dsq_kq_q3_pack(dsq_block_q3_K *y, const uint8_t *L)
 {
     uint8_t Lu[KQ_QK];
     memset(y->hmask, 0, sizeof y->hmask);
@@ -428,19 +429,19 @@ static void kq_pack_scale_min(uint8_t *s, const uint8_t *ls, const uint8_t *lm)
     }
 }
 
-static void kq_q45_put_plan(const uint8_t *s12, uint16_t d16, uint16_t dmin16, int nmax, kq_plan *p)
+static void kq_q45_put_plan(const uint8_t *s12, uint16_t d16, uint16_t dmin16, int nmax, dsq_kq_plan *p)
 {
     kq_plan_init(p, 8, 32, 0, nmax, 0);
     for (int j = 0; j < 8; j++) {
         uint8_t sc, m;
-        kq_get_scale_min(j, s12, &sc, &m);
+        dsq_kq_scale_min(j, s12, &sc, &m);
         p->d[j] = kq_h2f(d16) * (float)sc;
         p->dm[j] = kq_h2f(dmin16) * (float)m;
     }
 }
 
-void kq_q45_plan_ref(uint8_t *s12, uint16_t *d, uint16_t *dmin, const float *scales, const float *mins, int nmax,
-                     kq_plan *p)
+void dsq_kq_q45_plan_ref(uint8_t *s12, uint16_t *d, uint16_t *dmin, const float *scales, const float *mins, int nmax,
+                     dsq_kq_plan *p)
 {
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < 8; j++) {
@@ -462,8 +463,8 @@ void kq_q45_plan_ref(uint8_t *s12, uint16_t *d, uint16_t *dmin, const float *sca
     kq_q45_put_plan(s12, *d, *dmin, nmax, p);
 }
 
-void kq_q45_plan_imat(uint8_t *s12, uint16_t *d, uint16_t *dmin, const float *scales, const float *mins,
-                      const float *sw, int nmax, bool clamp63, kq_plan *p)
+void dsq_kq_q45_plan_imat(uint8_t *s12, uint16_t *d, uint16_t *dmin, const float *scales, const float *mins,
+                      const float *sw, int nmax, bool clamp63, dsq_kq_plan *p)
 {
     uint8_t ls[8], lm[8];
     float d_block = kq_make_qp(8, 63, scales, ls, sw);
@@ -479,14 +480,14 @@ void kq_q45_plan_imat(uint8_t *s12, uint16_t *d, uint16_t *dmin, const float *sc
     kq_q45_put_plan(s12, *d, *dmin, nmax, p);
 }
 
-void kq_q4_pack(kq_block_q4 *y, const uint8_t *L)
+void dsq_kq_q4_pack(dsq_block_q4_K *y, const uint8_t *L)
 {
     uint8_t *q = y->qs;
     for (int j = 0; j < KQ_QK; j += 64, q += 32)
         for (int l = 0; l < 32; l++) q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
 }
 
-void kq_q5_pack(kq_block_q5 *y, const uint8_t *L)
+void dsq_kq_q5_pack(dsq_block_q5_K *y, const uint8_t *L)
 {
     uint8_t *ql = y->qs;
     memset(y->qh, 0, sizeof y->qh);
@@ -509,7 +510,7 @@ void kq_q5_pack(kq_block_q5 *y, const uint8_t *L)
     }
 }
 
-bool kq_q6_plan(kq_block_q6 *y, const float *scales, kq_plan *p)
+bool dsq_kq_q6_plan(dsq_block_q6_K *y, const float *scales, dsq_kq_plan *p)
 {
     float max_scale = 0, max_abs = 0;
     for (int j = 0; j < 16; j++) {
@@ -535,7 +536,7 @@ bool kq_q6_plan(kq_block_q6 *y, const float *scales, kq_plan *p)
     return true;
 }
 
-void kq_q6_pack(kq_block_q6 *y, const uint8_t *L)
+void dsq_kq_q6_pack(dsq_block_q6_K *y, const uint8_t *L)
 {
     uint8_t *ql = y->ql, *qh = y->qh;
     for (int j = 0; j < KQ_QK; j += 128, ql += 64, qh += 32) {
@@ -571,17 +572,17 @@ static float kq_imat_weights(const float *x, const float *qw, float sigma2, floa
 
 void dsq_quantize_row_q2_K_ref(const float *x, void *vy, int64_t n, const float *qw)
 {
-    kq_block_q2 *y = vy;
+    dsq_block_q2_K *y = vy;
     uint8_t L[KQ_QK];
     float scales[16], mins[16], sw[16], w[16];
-    kq_plan p;
+    dsq_kq_plan p;
     for (int64_t i = 0; i < n / KQ_QK; i++, x += KQ_QK) {
         if (!qw) {
             for (int j = 0; j < 16; j++) {
                 for (int l = 0; l < 16; l++) w[l] = fabsf(x[16 * j + l]);
                 scales[j] = kq_make_qkx(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], -0.5f, 0.1f, 15, true);
             }
-            kq_q2_plan_ref(&y[i], scales, mins, &p);
+            dsq_kq_q2_plan_ref(&y[i], scales, mins, &p);
         } else {
             /* q2_K's _impl uses sigma2 = sum/256, without the factor 2 of the others. */
             float sigma2 = kq_sum_sq(x, KQ_QK) / KQ_QK;
@@ -589,33 +590,33 @@ void dsq_quantize_row_q2_K_ref(const float *x, void *vy, int64_t n, const float 
                 sw[j] = kq_imat_weights(x + 16 * j, qw + KQ_QK * i + 16 * j, sigma2, w, 16);
                 scales[j] = kq_make_qkx(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], -0.9f, 0.05f, 36, false);
             }
-            kq_q2_plan_imat(&y[i], scales, mins, sw, &p);
+            dsq_kq_q2_plan_imat(&y[i], scales, mins, sw, &p);
         }
-        kq_requant_ref(x, L, &p);
-        kq_q2_pack(&y[i], L);
+        dsq_kq_requant_ref(x, L, &p);
+        dsq_kq_q2_pack(&y[i], L);
     }
 }
 
 void dsq_quantize_row_q3_K_ref(const float *x, void *vy, int64_t n, const float *qw)
 {
-    kq_block_q3 *y = vy;
+    dsq_block_q3_K *y = vy;
     uint8_t L[KQ_QK];
     float scales[16], sw[16], w[16];
-    kq_plan p;
+    dsq_kq_plan p;
     for (int64_t i = 0; i < n / KQ_QK; i++, x += KQ_QK) {
         if (!qw) {
             for (int j = 0; j < 16; j++) scales[j] = kq_make_q3(16, 4, x + 16 * j, L + 16 * j);
-            kq_q3_plan_ref(&y[i], scales, &p);
+            dsq_kq_q3_plan_ref(&y[i], scales, &p);
         } else {
             float sigma2 = 2 * kq_sum_sq(x, KQ_QK) / KQ_QK;
             for (int j = 0; j < 16; j++) {
                 sw[j] = kq_imat_weights(x + 16 * j, qw + KQ_QK * i + 16 * j, sigma2, w, 16);
                 scales[j] = kq_make_qx(16, 4, x + 16 * j, L + 16 * j, w);
             }
-            kq_q3_plan_imat(&y[i], scales, sw, &p);
+            dsq_kq_q3_plan_imat(&y[i], scales, sw, &p);
         }
-        kq_requant_ref(x, L, &p);
-        kq_q3_pack(&y[i], L);
+        dsq_kq_requant_ref(x, L, &p);
+        dsq_kq_q3_pack(&y[i], L);
     }
 }
 
@@ -645,51 +646,51 @@ static void kq_q45_search(const float *x, const float *qw, int nmax, uint8_t *L,
 
 void dsq_quantize_row_q4_K_ref(const float *x, void *vy, int64_t n, const float *qw)
 {
-    kq_block_q4 *y = vy;
+    dsq_block_q4_K *y = vy;
     uint8_t L[KQ_QK];
     float scales[8], mins[8], sw[8];
-    kq_plan p;
+    dsq_kq_plan p;
     for (int64_t i = 0; i < n / KQ_QK; i++, x += KQ_QK) {
         kq_q45_search(x, qw ? qw + KQ_QK * i : NULL, 15, L, scales, mins, sw);
         if (qw)
-            kq_q45_plan_imat(y[i].scales, &y[i].d, &y[i].dmin, scales, mins, sw, 15, false, &p);
+            dsq_kq_q45_plan_imat(y[i].scales, &y[i].d, &y[i].dmin, scales, mins, sw, 15, false, &p);
         else
-            kq_q45_plan_ref(y[i].scales, &y[i].d, &y[i].dmin, scales, mins, 15, &p);
-        kq_requant_ref(x, L, &p);
-        kq_q4_pack(&y[i], L);
+            dsq_kq_q45_plan_ref(y[i].scales, &y[i].d, &y[i].dmin, scales, mins, 15, &p);
+        dsq_kq_requant_ref(x, L, &p);
+        dsq_kq_q4_pack(&y[i], L);
     }
 }
 
 void dsq_quantize_row_q5_K_ref(const float *x, void *vy, int64_t n, const float *qw)
 {
-    kq_block_q5 *y = vy;
+    dsq_block_q5_K *y = vy;
     uint8_t L[KQ_QK];
     float scales[8], mins[8], sw[8];
-    kq_plan p;
+    dsq_kq_plan p;
     for (int64_t i = 0; i < n / KQ_QK; i++, x += KQ_QK) {
         kq_q45_search(x, qw ? qw + KQ_QK * i : NULL, 31, L, scales, mins, sw);
         if (qw)
-            kq_q45_plan_imat(y[i].scales, &y[i].d, &y[i].dmin, scales, mins, sw, 31, true, &p);
+            dsq_kq_q45_plan_imat(y[i].scales, &y[i].d, &y[i].dmin, scales, mins, sw, 31, true, &p);
         else
-            kq_q45_plan_ref(y[i].scales, &y[i].d, &y[i].dmin, scales, mins, 31, &p);
-        kq_requant_ref(x, L, &p);
-        kq_q5_pack(&y[i], L);
+            dsq_kq_q45_plan_ref(y[i].scales, &y[i].d, &y[i].dmin, scales, mins, 31, &p);
+        dsq_kq_requant_ref(x, L, &p);
+        dsq_kq_q5_pack(&y[i], L);
     }
 }
 
 void dsq_quantize_row_q6_K_ref(const float *x, void *vy, int64_t n, const float *qw)
 {
-    kq_block_q6 *y = vy;
+    dsq_block_q6_K *y = vy;
     uint8_t L[KQ_QK];
     float scales[16];
-    kq_plan p;
+    dsq_kq_plan p;
     for (int64_t i = 0; i < n / KQ_QK; i++, x += KQ_QK) {
         /* With an imatrix, q6_K weighs by the raw importance (no sigma2 term). */
         for (int j = 0; j < 16; j++)
             scales[j] = kq_make_qx(16, 32, x + 16 * j, L + 16 * j, qw ? qw + KQ_QK * i + 16 * j : NULL);
-        if (!kq_q6_plan(&y[i], scales, &p)) continue;
-        kq_requant_ref(x, L, &p);
-        kq_q6_pack(&y[i], L);
+        if (!dsq_kq_q6_plan(&y[i], scales, &p)) continue;
+        dsq_kq_requant_ref(x, L, &p);
+        dsq_kq_q6_pack(&y[i], L);
     }
 }
 
@@ -698,7 +699,7 @@ void dsq_quantize_row_q6_K_ref(const float *x, void *vy, int64_t n, const float 
 void dsq_quantize_row_q8_K_ref(const float *x, void *vy, int64_t n, const float *qw)
 {
     (void)qw;
-    kq_block_q8 *y = vy;
+    dsq_block_q8_K *y = vy;
     for (int64_t i = 0; i < n / KQ_QK; i++, x += KQ_QK) {
         float max = 0, amax = 0;
         for (int j = 0; j < KQ_QK; j++) {
@@ -731,7 +732,7 @@ void dsq_quantize_row_q8_K_ref(const float *x, void *vy, int64_t n, const float 
 bool dsq_kquants_simd_active(void)
 {
 #if DSQ_KQ_HAVE_AVX2
-    return __builtin_cpu_supports("avx2");
+    return dsq_cpu_has(DSQ_CPU_AVX2);
 #else
     return false;
 #endif
@@ -741,8 +742,8 @@ bool dsq_kquants_simd_active(void)
 #define KQ_QUANT(t)                                                                                \
     void dsq_quantize_row_##t(const float *x, void *y, int64_t n, const float *qw)                 \
     {                                                                                              \
-        if (__builtin_cpu_supports("avx2"))                                                        \
-            kq_avx2_quantize_row_##t(x, y, n, qw);                                                 \
+        if (dsq_cpu_has(DSQ_CPU_AVX2))                                                           \
+            dsq_kq_avx2_quantize_row_##t(x, y, n, qw);                                                 \
         else                                                                                       \
             dsq_quantize_row_##t##_ref(x, y, n, qw);                                               \
     }

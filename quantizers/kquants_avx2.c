@@ -272,9 +272,9 @@ KQ_AVX2 static void kv_make_q3(int n, int nmax, const __m256 *xv, __m256i *Lv, _
     *scale_out = _mm256_andnot_ps(tiny, _mm256_div_ps(sumlx, suml2));
 }
 
-/* kq_requant_ref with vector arithmetic: elementwise, so any lane layout
+/* dsq_kq_requant_ref with vector arithmetic: elementwise, so any lane layout
  * gives the scalar results. */
-KQ_AVX2 static void kv_requant(const float *x, uint8_t *L, const kq_plan *p)
+KQ_AVX2 static void kv_requant(const float *x, uint8_t *L, const dsq_kq_plan *p)
 {
     const __m256i lo = _mm256_set1_epi32(p->lo), hi = _mm256_set1_epi32(p->hi), off = _mm256_set1_epi32(p->off);
     for (int j = 0; j < p->n_sub; j++) {
@@ -323,12 +323,12 @@ static float kv_block_sum_sq(const float *x)
     return s;
 }
 
-void KQ_AVX2 kq_avx2_quantize_row_q2_K(const float *x, void *vy, int64_t n, const float *qw)
+void KQ_AVX2 dsq_kq_avx2_quantize_row_q2_K(const float *x, void *vy, int64_t n, const float *qw)
 {
-    kq_block_q2 *y = vy;
+    dsq_block_q2_K *y = vy;
     uint8_t L[KQ_QK];
     float scales[16], mins[16], sw[16];
-    kq_plan p;
+    dsq_kq_plan p;
     __m256 xv[16], wv[16], qv[16], sc, mn;
     __m256i Lv[16];
     for (int64_t i = 0; i < n / KQ_QK; i++, x += KQ_QK) {
@@ -348,20 +348,20 @@ void KQ_AVX2 kq_avx2_quantize_row_q2_K(const float *x, void *vy, int64_t n, cons
             kv_store_levels_u8(Lv, 16, L + 128 * g, 16);
         }
         if (qw)
-            kq_q2_plan_imat(&y[i], scales, mins, sw, &p);
+            dsq_kq_q2_plan_imat(&y[i], scales, mins, sw, &p);
         else
-            kq_q2_plan_ref(&y[i], scales, mins, &p);
+            dsq_kq_q2_plan_ref(&y[i], scales, mins, &p);
         kv_requant(x, L, &p);
-        kq_q2_pack(&y[i], L);
+        dsq_kq_q2_pack(&y[i], L);
     }
 }
 
-void KQ_AVX2 kq_avx2_quantize_row_q3_K(const float *x, void *vy, int64_t n, const float *qw)
+void KQ_AVX2 dsq_kq_avx2_quantize_row_q3_K(const float *x, void *vy, int64_t n, const float *qw)
 {
-    kq_block_q3 *y = vy;
+    dsq_block_q3_K *y = vy;
     uint8_t L[KQ_QK];
     float scales[16], sw[16];
-    kq_plan p;
+    dsq_kq_plan p;
     __m256 xv[16], wv[16], qv[16], sc;
     __m256i Lv[16];
     for (int64_t i = 0; i < n / KQ_QK; i++, x += KQ_QK) {
@@ -379,11 +379,11 @@ void KQ_AVX2 kq_avx2_quantize_row_q3_K(const float *x, void *vy, int64_t n, cons
             kv_store_levels_u8(Lv, 16, L + 128 * g, 16);
         }
         if (qw)
-            kq_q3_plan_imat(&y[i], scales, sw, &p);
+            dsq_kq_q3_plan_imat(&y[i], scales, sw, &p);
         else
-            kq_q3_plan_ref(&y[i], scales, &p);
+            dsq_kq_q3_plan_ref(&y[i], scales, &p);
         kv_requant(x, L, &p);
-        kq_q3_pack(&y[i], L);
+        dsq_kq_q3_pack(&y[i], L);
     }
 }
 
@@ -412,46 +412,46 @@ KQ_AVX2 static void kv_q45_search(const float *x, const float *qw, int nmax, uin
     kv_store_levels_u8(Lv, 32, L, 32);
 }
 
-void KQ_AVX2 kq_avx2_quantize_row_q4_K(const float *x, void *vy, int64_t n, const float *qw)
+void KQ_AVX2 dsq_kq_avx2_quantize_row_q4_K(const float *x, void *vy, int64_t n, const float *qw)
 {
-    kq_block_q4 *y = vy;
+    dsq_block_q4_K *y = vy;
     uint8_t L[KQ_QK];
     float scales[8], mins[8], sw[8];
-    kq_plan p;
+    dsq_kq_plan p;
     for (int64_t i = 0; i < n / KQ_QK; i++, x += KQ_QK) {
         kv_q45_search(x, qw ? qw + KQ_QK * i : NULL, 15, L, scales, mins, sw);
         if (qw)
-            kq_q45_plan_imat(y[i].scales, &y[i].d, &y[i].dmin, scales, mins, sw, 15, false, &p);
+            dsq_kq_q45_plan_imat(y[i].scales, &y[i].d, &y[i].dmin, scales, mins, sw, 15, false, &p);
         else
-            kq_q45_plan_ref(y[i].scales, &y[i].d, &y[i].dmin, scales, mins, 15, &p);
+            dsq_kq_q45_plan_ref(y[i].scales, &y[i].d, &y[i].dmin, scales, mins, 15, &p);
         kv_requant(x, L, &p);
-        kq_q4_pack(&y[i], L);
+        dsq_kq_q4_pack(&y[i], L);
     }
 }
 
-void KQ_AVX2 kq_avx2_quantize_row_q5_K(const float *x, void *vy, int64_t n, const float *qw)
+void KQ_AVX2 dsq_kq_avx2_quantize_row_q5_K(const float *x, void *vy, int64_t n, const float *qw)
 {
-    kq_block_q5 *y = vy;
+    dsq_block_q5_K *y = vy;
     uint8_t L[KQ_QK];
     float scales[8], mins[8], sw[8];
-    kq_plan p;
+    dsq_kq_plan p;
     for (int64_t i = 0; i < n / KQ_QK; i++, x += KQ_QK) {
         kv_q45_search(x, qw ? qw + KQ_QK * i : NULL, 31, L, scales, mins, sw);
         if (qw)
-            kq_q45_plan_imat(y[i].scales, &y[i].d, &y[i].dmin, scales, mins, sw, 31, true, &p);
+            dsq_kq_q45_plan_imat(y[i].scales, &y[i].d, &y[i].dmin, scales, mins, sw, 31, true, &p);
         else
-            kq_q45_plan_ref(y[i].scales, &y[i].d, &y[i].dmin, scales, mins, 31, &p);
+            dsq_kq_q45_plan_ref(y[i].scales, &y[i].d, &y[i].dmin, scales, mins, 31, &p);
         kv_requant(x, L, &p);
-        kq_q5_pack(&y[i], L);
+        dsq_kq_q5_pack(&y[i], L);
     }
 }
 
-void KQ_AVX2 kq_avx2_quantize_row_q6_K(const float *x, void *vy, int64_t n, const float *qw)
+void KQ_AVX2 dsq_kq_avx2_quantize_row_q6_K(const float *x, void *vy, int64_t n, const float *qw)
 {
-    kq_block_q6 *y = vy;
+    dsq_block_q6_K *y = vy;
     uint8_t L[KQ_QK];
     float scales[16];
-    kq_plan p;
+    dsq_kq_plan p;
     __m256 xv[16], qv[16], sc;
     __m256i Lv[16];
     for (int64_t i = 0; i < n / KQ_QK; i++, x += KQ_QK) {
@@ -462,18 +462,18 @@ void KQ_AVX2 kq_avx2_quantize_row_q6_K(const float *x, void *vy, int64_t n, cons
             _mm256_storeu_ps(scales + 8 * g, sc);
             kv_store_levels_u8(Lv, 16, L + 128 * g, 16);
         }
-        if (!kq_q6_plan(&y[i], scales, &p)) continue;
+        if (!dsq_kq_q6_plan(&y[i], scales, &p)) continue;
         kv_requant(x, L, &p);
-        kq_q6_pack(&y[i], L);
+        dsq_kq_q6_pack(&y[i], L);
     }
 }
 
 /* quantize_row_q8_K_ref with vector arithmetic: the first element of largest
  * |x| gives the signed max, then every element is rounded on its own. */
-void KQ_AVX2 kq_avx2_quantize_row_q8_K(const float *x, void *vy, int64_t n, const float *qw)
+void KQ_AVX2 dsq_kq_avx2_quantize_row_q8_K(const float *x, void *vy, int64_t n, const float *qw)
 {
     (void)qw;
-    kq_block_q8 *y = vy;
+    dsq_block_q8_K *y = vy;
     for (int64_t i = 0; i < n / KQ_QK; i++, x += KQ_QK) {
         __m256 am = _mm256_setzero_ps();
         /* max_ps(v, am) keeps am when v is NaN, as the scalar comparison does */
@@ -540,10 +540,10 @@ KQ_AVX2 static inline __m256i kv_bit(__m256i hb, int b, char val)
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, m), m), _mm256_set1_epi8(val));
 }
 
-void KQ_AVX2 kq_avx2_vec_dot_q2_K_q8_K(int64_t n, float *s, const void *vx, const void *vy)
+void KQ_AVX2 dsq_kq_avx2_vec_dot_q2_K_q8_K(int64_t n, float *s, const void *vx, const void *vy)
 {
-    const kq_block_q2 *x = vx;
-    const kq_block_q8 *y = vy;
+    const dsq_block_q2_K *x = vx;
+    const dsq_block_q8_K *y = vy;
     const __m256i m3 = _mm256_set1_epi8(3);
     float sumf = 0;
     for (int64_t i = 0; i < n / KQ_QK; i++) {
@@ -567,16 +567,16 @@ void KQ_AVX2 kq_avx2_vec_dot_q2_K_q8_K(int64_t n, float *s, const void *vx, cons
     *s = sumf;
 }
 
-void KQ_AVX2 kq_avx2_vec_dot_q3_K_q8_K(int64_t n, float *s, const void *vx, const void *vy)
+void KQ_AVX2 dsq_kq_avx2_vec_dot_q3_K_q8_K(int64_t n, float *s, const void *vx, const void *vy)
 {
-    const kq_block_q3 *x = vx;
-    const kq_block_q8 *y = vy;
+    const dsq_block_q3_K *x = vx;
+    const dsq_block_q8_K *y = vy;
     const __m256i m3 = _mm256_set1_epi8(3);
     float sumf = 0;
     for (int64_t i = 0; i < n / KQ_QK; i++) {
         int sc[16], offs = 0;
         for (int j = 0; j < 16; j++) {
-            sc[j] = kq_q3_scale(x[i].scales, j) - 32;
+            sc[j] = dsq_kq_q3_scale(x[i].scales, j) - 32;
             offs += sc[j] * y[i].bsums[j];
         }
         __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
@@ -599,13 +599,13 @@ void KQ_AVX2 kq_avx2_vec_dot_q3_K_q8_K(int64_t n, float *s, const void *vx, cons
 
 /* q4_K and q5_K (qh non-NULL adds the fifth bit). */
 KQ_AVX2 static float kv_dot_q45_block(uint16_t d16, uint16_t dmin16, const uint8_t *s12, const uint8_t *qs,
-                                      const uint8_t *qh, const kq_block_q8 *y)
+                                      const uint8_t *qh, const dsq_block_q8_K *y)
 {
     const __m256i m15 = _mm256_set1_epi8(15);
     int summ = 0;
     uint8_t sc[8], m[8];
     for (int j = 0; j < 8; j++) {
-        kq_get_scale_min(j, s12, &sc[j], &m[j]);
+        dsq_kq_scale_min(j, s12, &sc[j], &m[j]);
         summ += m[j] * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
     }
     __m256i hb = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
@@ -625,30 +625,30 @@ KQ_AVX2 static float kv_dot_q45_block(uint16_t d16, uint16_t dmin16, const uint8
     return dsq_f16_to_f32(d16) * y->d * (float)sumi - dsq_f16_to_f32(dmin16) * y->d * (float)summ;
 }
 
-void KQ_AVX2 kq_avx2_vec_dot_q4_K_q8_K(int64_t n, float *s, const void *vx, const void *vy)
+void KQ_AVX2 dsq_kq_avx2_vec_dot_q4_K_q8_K(int64_t n, float *s, const void *vx, const void *vy)
 {
-    const kq_block_q4 *x = vx;
-    const kq_block_q8 *y = vy;
+    const dsq_block_q4_K *x = vx;
+    const dsq_block_q8_K *y = vy;
     float sumf = 0;
     for (int64_t i = 0; i < n / KQ_QK; i++)
         sumf += kv_dot_q45_block(x[i].d, x[i].dmin, x[i].scales, x[i].qs, NULL, &y[i]);
     *s = sumf;
 }
 
-void KQ_AVX2 kq_avx2_vec_dot_q5_K_q8_K(int64_t n, float *s, const void *vx, const void *vy)
+void KQ_AVX2 dsq_kq_avx2_vec_dot_q5_K_q8_K(int64_t n, float *s, const void *vx, const void *vy)
 {
-    const kq_block_q5 *x = vx;
-    const kq_block_q8 *y = vy;
+    const dsq_block_q5_K *x = vx;
+    const dsq_block_q8_K *y = vy;
     float sumf = 0;
     for (int64_t i = 0; i < n / KQ_QK; i++)
         sumf += kv_dot_q45_block(x[i].d, x[i].dmin, x[i].scales, x[i].qs, x[i].qh, &y[i]);
     *s = sumf;
 }
 
-void KQ_AVX2 kq_avx2_vec_dot_q6_K_q8_K(int64_t n, float *s, const void *vx, const void *vy)
+void KQ_AVX2 dsq_kq_avx2_vec_dot_q6_K_q8_K(int64_t n, float *s, const void *vx, const void *vy)
 {
-    const kq_block_q6 *x = vx;
-    const kq_block_q8 *y = vy;
+    const dsq_block_q6_K *x = vx;
+    const dsq_block_q8_K *y = vy;
     const __m256i m15 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
     float sumf = 0;
     for (int64_t i = 0; i < n / KQ_QK; i++) {

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "core/dtype.h"
+#include "kernels/cpu.h"
 #include "quantizers/kquants_internal.h"
 #include "quantizers/kquants_ref.h"
 #include "quantizers/quants.h"
@@ -24,7 +25,7 @@ static inline float kq_h2f(uint16_t h)
 
 void dsq_dequantize_row_q2_K(const void *vx, float *y, int64_t n)
 {
-    const kq_block_q2 *x = vx;
+    const dsq_block_q2_K *x = vx;
     for (int64_t i = 0; i < n / KQ_QK; i++) {
         float d = kq_h2f(x[i].d), min = kq_h2f(x[i].dmin);
         const uint8_t *q = x[i].qs;
@@ -43,7 +44,7 @@ void dsq_dequantize_row_q2_K(const void *vx, float *y, int64_t n)
 
 void dsq_dequantize_row_q3_K(const void *vx, float *y, int64_t n)
 {
-    const kq_block_q3 *x = vx;
+    const dsq_block_q3_K *x = vx;
     for (int64_t i = 0; i < n / KQ_QK; i++) {
         float d_all = kq_h2f(x[i].d);
         const uint8_t *q = x[i].qs, *hm = x[i].hmask;
@@ -52,7 +53,7 @@ void dsq_dequantize_row_q3_K(const void *vx, float *y, int64_t n)
         for (int h = 0; h < 2; h++, q += 32) {
             for (int shift = 0; shift < 8; shift += 2, m = (uint8_t)(m << 1)) {
                 for (int half = 0; half < 2; half++) {
-                    float dl = d_all * (float)(kq_q3_scale(x[i].scales, is++) - 32);
+                    float dl = d_all * (float)(dsq_kq_q3_scale(x[i].scales, is++) - 32);
                     for (int l = 16 * half; l < 16 * half + 16; l++)
                         *y++ = dl * (float)(((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
                 }
@@ -63,15 +64,15 @@ void dsq_dequantize_row_q3_K(const void *vx, float *y, int64_t n)
 
 void dsq_dequantize_row_q4_K(const void *vx, float *y, int64_t n)
 {
-    const kq_block_q4 *x = vx;
+    const dsq_block_q4_K *x = vx;
     for (int64_t i = 0; i < n / KQ_QK; i++) {
         float d = kq_h2f(x[i].d), min = kq_h2f(x[i].dmin);
         const uint8_t *q = x[i].qs;
         for (int is = 0; is < 8; is += 2, q += 32) {
             uint8_t sc, m;
-            kq_get_scale_min(is, x[i].scales, &sc, &m);
+            dsq_kq_scale_min(is, x[i].scales, &sc, &m);
             float d1 = d * (float)sc, m1 = min * (float)m;
-            kq_get_scale_min(is + 1, x[i].scales, &sc, &m);
+            dsq_kq_scale_min(is + 1, x[i].scales, &sc, &m);
             float d2 = d * (float)sc, m2 = min * (float)m;
             for (int l = 0; l < 32; l++) *y++ = d1 * (float)(q[l] & 0xF) - m1;
             for (int l = 0; l < 32; l++) *y++ = d2 * (float)(q[l] >> 4) - m2;
@@ -81,16 +82,16 @@ void dsq_dequantize_row_q4_K(const void *vx, float *y, int64_t n)
 
 void dsq_dequantize_row_q5_K(const void *vx, float *y, int64_t n)
 {
-    const kq_block_q5 *x = vx;
+    const dsq_block_q5_K *x = vx;
     for (int64_t i = 0; i < n / KQ_QK; i++) {
         float d = kq_h2f(x[i].d), min = kq_h2f(x[i].dmin);
         const uint8_t *ql = x[i].qs, *qh = x[i].qh;
         uint8_t u1 = 1, u2 = 2;
         for (int is = 0; is < 8; is += 2, ql += 32) {
             uint8_t sc, m;
-            kq_get_scale_min(is, x[i].scales, &sc, &m);
+            dsq_kq_scale_min(is, x[i].scales, &sc, &m);
             float d1 = d * (float)sc, m1 = min * (float)m;
-            kq_get_scale_min(is + 1, x[i].scales, &sc, &m);
+            dsq_kq_scale_min(is + 1, x[i].scales, &sc, &m);
             float d2 = d * (float)sc, m2 = min * (float)m;
             for (int l = 0; l < 32; l++) *y++ = d1 * (float)((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
             for (int l = 0; l < 32; l++) *y++ = d2 * (float)((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
@@ -102,7 +103,7 @@ void dsq_dequantize_row_q5_K(const void *vx, float *y, int64_t n)
 
 void dsq_dequantize_row_q6_K(const void *vx, float *y, int64_t n)
 {
-    const kq_block_q6 *x = vx;
+    const dsq_block_q6_K *x = vx;
     for (int64_t i = 0; i < n / KQ_QK; i++) {
         float d = kq_h2f(x[i].d);
         const uint8_t *ql = x[i].ql, *qh = x[i].qh;
@@ -125,7 +126,7 @@ void dsq_dequantize_row_q6_K(const void *vx, float *y, int64_t n)
 
 void dsq_dequantize_row_q8_K(const void *vx, float *y, int64_t n)
 {
-    const kq_block_q8 *x = vx;
+    const dsq_block_q8_K *x = vx;
     for (int64_t i = 0; i < n / KQ_QK; i++)
         for (int j = 0; j < KQ_QK; j++) *y++ = x[i].d * (float)x[i].qs[j];
 }
@@ -143,8 +144,8 @@ static inline int kq_q2_at(const uint8_t *qs, int e)
 
 void dsq_vec_dot_q2_K_q8_K_ref(int64_t n, float *s, const void *vx, const void *vy)
 {
-    const kq_block_q2 *x = vx;
-    const kq_block_q8 *y = vy;
+    const dsq_block_q2_K *x = vx;
+    const dsq_block_q8_K *y = vy;
     float sumf = 0;
     for (int64_t i = 0; i < n / KQ_QK; i++) {
         int summs = 0, isum = 0;
@@ -163,8 +164,8 @@ void dsq_vec_dot_q2_K_q8_K_ref(int64_t n, float *s, const void *vx, const void *
 
 void dsq_vec_dot_q3_K_q8_K_ref(int64_t n, float *s, const void *vx, const void *vy)
 {
-    const kq_block_q3 *x = vx;
-    const kq_block_q8 *y = vy;
+    const dsq_block_q3_K *x = vx;
+    const dsq_block_q8_K *y = vy;
     float sumf = 0;
     for (int64_t i = 0; i < n / KQ_QK; i++) {
         int isum = 0;
@@ -175,7 +176,7 @@ void dsq_vec_dot_q3_K_q8_K_ref(int64_t n, float *s, const void *vx, const void *
                 int q = kq_q2_at(x[i].qs, e) - ((x[i].hmask[e % 32] >> (e / 32)) & 1 ? 0 : 4);
                 sub += y[i].qs[e] * q;
             }
-            isum += (kq_q3_scale(x[i].scales, j) - 32) * sub;
+            isum += (dsq_kq_q3_scale(x[i].scales, j) - 32) * sub;
         }
         sumf += kq_h2f(x[i].d) * y[i].d * (float)isum;
     }
@@ -184,12 +185,12 @@ void dsq_vec_dot_q3_K_q8_K_ref(int64_t n, float *s, const void *vx, const void *
 
 /* q4_K and q5_K differ only in the fifth bit. */
 static float kq_dot_q45_block(const uint16_t d16, uint16_t dmin16, const uint8_t *s12, const uint8_t *qs,
-                              const uint8_t *qh, const kq_block_q8 *y)
+                              const uint8_t *qh, const dsq_block_q8_K *y)
 {
     int sumi = 0, summ = 0;
     for (int j = 0; j < 8; j++) {
         uint8_t sc, m;
-        kq_get_scale_min(j, s12, &sc, &m);
+        dsq_kq_scale_min(j, s12, &sc, &m);
         summ += m * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
         int sub = 0;
         for (int l = 0; l < 32; l++) {
@@ -204,8 +205,8 @@ static float kq_dot_q45_block(const uint16_t d16, uint16_t dmin16, const uint8_t
 
 void dsq_vec_dot_q4_K_q8_K_ref(int64_t n, float *s, const void *vx, const void *vy)
 {
-    const kq_block_q4 *x = vx;
-    const kq_block_q8 *y = vy;
+    const dsq_block_q4_K *x = vx;
+    const dsq_block_q8_K *y = vy;
     float sumf = 0;
     for (int64_t i = 0; i < n / KQ_QK; i++)
         sumf += kq_dot_q45_block(x[i].d, x[i].dmin, x[i].scales, x[i].qs, NULL, &y[i]);
@@ -214,8 +215,8 @@ void dsq_vec_dot_q4_K_q8_K_ref(int64_t n, float *s, const void *vx, const void *
 
 void dsq_vec_dot_q5_K_q8_K_ref(int64_t n, float *s, const void *vx, const void *vy)
 {
-    const kq_block_q5 *x = vx;
-    const kq_block_q8 *y = vy;
+    const dsq_block_q5_K *x = vx;
+    const dsq_block_q8_K *y = vy;
     float sumf = 0;
     for (int64_t i = 0; i < n / KQ_QK; i++)
         sumf += kq_dot_q45_block(x[i].d, x[i].dmin, x[i].scales, x[i].qs, x[i].qh, &y[i]);
@@ -224,8 +225,8 @@ void dsq_vec_dot_q5_K_q8_K_ref(int64_t n, float *s, const void *vx, const void *
 
 void dsq_vec_dot_q6_K_q8_K_ref(int64_t n, float *s, const void *vx, const void *vy)
 {
-    const kq_block_q6 *x = vx;
-    const kq_block_q8 *y = vy;
+    const dsq_block_q6_K *x = vx;
+    const dsq_block_q8_K *y = vy;
     float sumf = 0;
     for (int64_t i = 0; i < n / KQ_QK; i++) {
         int isum = 0;
@@ -252,8 +253,8 @@ void dsq_vec_dot_q6_K_q8_K_ref(int64_t n, float *s, const void *vx, const void *
 #define KQ_DOT(t)                                                                                  \
     void dsq_vec_dot_##t##_q8_K(int64_t n, float *s, const void *x, const void *y)                 \
     {                                                                                              \
-        if (__builtin_cpu_supports("avx2"))                                                        \
-            kq_avx2_vec_dot_##t##_q8_K(n, s, x, y);                                                \
+        if (dsq_cpu_has(DSQ_CPU_AVX2))                                                           \
+            dsq_kq_avx2_vec_dot_##t##_q8_K(n, s, x, y);                                                \
         else                                                                                       \
             dsq_vec_dot_##t##_q8_K_ref(n, s, x, y);                                                \
     }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "kernels/cpu.h"
 #include "quantizers/quant_avx2.h"
 #include "quantizers/quant_common.h"
 #include "quantizers/quants.h"

@@ -1,4 +1,4 @@
-/* Private to quantizers/legacy*.c and quantizers/iq4*.c: the AVX2 versions of
+/* Private to quantizers/ (legacy*.c, iq4*.c): the AVX2 versions of
  * the legacy and IQ4 row functions, and the helpers their two files share.
  *
  * Quantizers here give the same bytes as the scalar references: elementwise

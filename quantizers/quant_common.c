@@ -153,12 +153,3 @@ float dsq_make_qkx3_quants(int n, int nmax, const float *x, const float *weights
     *the_min = -min;
     return scale;
 }
-
-bool dsq_cpu_has_avx2_fma(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return false;
-#endif
-}

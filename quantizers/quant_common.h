@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/dtype.h"
+
 #define DSQ_QK4_0 32
 #define DSQ_QK4_1 32
 #define DSQ_QK5_0 32
@@ -20,14 +22,14 @@
 #define DSQ_QK8_0 32
 #define DSQ_QK8_1 32
 #define DSQ_QK4_NL 32
-/* DSQ_QK_K (256) comes from core/dtype.h. */
 
 /* Blocks with max |x| below this are treated as all zero (ggml's GROUP_MAX_EPS). */
 #define DSQ_GROUP_MAX_EPS 1e-15f
 
 /* ---- block layouts (little-endian; fp16 fields are IEEE half bit patterns) ----
- * The q2_K..q6_K layouts live with the k-quants (quantizers/kquants_internal.h);
- * q8_K is here because the iq4_xs dot product reads it. */
+ * Byte arrays plus fp16 fields, so the structs have no padding and can be read
+ * straight from a GGUF tensor on a little-endian host. They are public: the
+ * runtime's dot kernels (runtime/cpu/qgemv*.c) read the same blocks. */
 
 typedef struct dsq_block_q4_0 {
     uint16_t d;
@@ -82,6 +84,48 @@ typedef struct dsq_block_iq4_xs {
     uint8_t qs[128];
 } dsq_block_iq4_xs;
 
+typedef struct dsq_block_q2_K {
+    uint8_t scales[DSQ_QK_K / 16]; /* low nibble: scale level, high nibble: min level */
+    uint8_t qs[DSQ_QK_K / 4];
+    uint16_t d;
+    uint16_t dmin;
+} dsq_block_q2_K;
+
+typedef struct dsq_block_q3_K {
+    uint8_t hmask[DSQ_QK_K / 8];
+    uint8_t qs[DSQ_QK_K / 4];
+    uint8_t scales[12]; /* sixteen 6-bit levels */
+    uint16_t d;
+} dsq_block_q3_K;
+
+typedef struct dsq_block_q4_K {
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[12]; /* eight 6-bit scale levels and eight 6-bit min levels */
+    uint8_t qs[DSQ_QK_K / 2];
+} dsq_block_q4_K;
+
+typedef struct dsq_block_q5_K {
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[12];
+    uint8_t qh[DSQ_QK_K / 8];
+    uint8_t qs[DSQ_QK_K / 2];
+} dsq_block_q5_K;
+
+typedef struct dsq_block_q6_K {
+    uint8_t ql[DSQ_QK_K / 2];
+    uint8_t qh[DSQ_QK_K / 4];
+    int8_t scales[DSQ_QK_K / 16];
+    uint16_t d;
+} dsq_block_q6_K;
+
+_Static_assert(sizeof(dsq_block_q2_K) == 84, "q2_K block");
+_Static_assert(sizeof(dsq_block_q3_K) == 110, "q3_K block");
+_Static_assert(sizeof(dsq_block_q4_K) == 144, "q4_K block");
+_Static_assert(sizeof(dsq_block_q5_K) == 176, "q5_K block");
+_Static_assert(sizeof(dsq_block_q6_K) == 210, "q6_K block");
+
 _Static_assert(sizeof(dsq_block_q4_0) == 18, "q4_0 block");
 _Static_assert(sizeof(dsq_block_q4_1) == 20, "q4_1 block");
 _Static_assert(sizeof(dsq_block_q5_0) == 22, "q5_0 block");
@@ -93,6 +137,26 @@ _Static_assert(sizeof(dsq_block_iq4_nl) == 18, "iq4_nl block");
 _Static_assert(sizeof(dsq_block_iq4_xs) == 136, "iq4_xs block");
 
 /* ---- helpers ---- */
+
+/* Sub-block j's 6-bit scale and min levels of a q4_K/q5_K block. */
+static inline void dsq_kq_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* Sub-block j's 6-bit level of a q3_K block (0..63, value = level - 32). */
+static inline int dsq_kq_q3_scale(const uint8_t *s, int j)
+{
+    int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
+    return lo | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4);
+}
+
 
 /* ggml's nearest_int: round half to even through the 1.5*2^23 trick; valid
  * for |f| <= 4194303, which every caller guarantees. */
@@ -138,8 +202,5 @@ float dsq_make_qx_quants(int n, int nmax, const float *x, int8_t *L, int rmse_ty
  * -min (>= 0); returns the scale. Laux is scratch for n levels. */
 float dsq_make_qkx3_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
                            uint8_t *Laux, float rmin, float rdelta, int nstep, bool use_mad);
-
-/* True when the running CPU has AVX2 and FMA (the SIMD paths' requirement). */
-bool dsq_cpu_has_avx2_fma(void);
 
 #endif

@@ -11,6 +11,7 @@
 
 #include "core/fileio.h"
 #include "core/grow.h"
+#include "core/json.h"
 
 #define MAX_TEMPLATE (1u << 20)
 
@@ -59,8 +60,10 @@ static dsq_status from_json_file(const char *dir, const char *file, char **out)
     DSQ_TRY(dsq_path_join(path, sizeof path, dir, file));
     if (!dsq_exists(path)) return dsq_fail(DSQ_ERR_NOT_FOUND, "%s: no such file", path);
     DSQ_TRY(dsq_read_file(path, 16u << 20, &text, &len));
-    cJSON *j = cJSON_ParseWithLength(text, len);
+    dsq_status why;
+    cJSON *j = dsq_json_parse(text, len, NULL, &why);
     free(text);
+    if (!j && why == DSQ_ERR_NOMEM) return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory parsing JSON", path);
     const char *t = j ? json_template(cJSON_GetObjectItem(j, "chat_template")) : NULL;
     dsq_status s = t ? dup_text(t, strlen(t), path, out) : dsq_fail(DSQ_ERR_NOT_FOUND, "%s: no chat_template", path);
     cJSON_Delete(j);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/fileio.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "runtime/tok_internal.h"
 
@@ -454,8 +455,10 @@ static dsq_status read_config(hf_ctx *c, const char *dir, const cJSON *root)
         char *buf = NULL;
         size_t len = 0;
         DSQ_TRY(dsq_read_file(path, MAX_JSON_BYTES, &buf, &len));
-        cfg = cJSON_ParseWithLength(buf, len);
+        dsq_status why;
+        cfg = dsq_json_parse(buf, len, NULL, &why);
         free(buf);
+        if (!cfg && why == DSQ_ERR_NOMEM) return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory parsing JSON", path);
         if (!cfg || !cJSON_IsObject(cfg)) {
             cJSON_Delete(cfg);
             return dsq_fail(DSQ_ERR_FORMAT, "%s: not a JSON object", path);
@@ -516,8 +519,10 @@ dsq_status dsq_tokenizer_from_hf_dir(const char *dir, dsq_tokenizer **out)
     char *buf = NULL;
     size_t len = 0;
     DSQ_TRY(dsq_read_file(path, MAX_JSON_BYTES, &buf, &len));
-    cJSON *root = cJSON_ParseWithLength(buf, len);
+    dsq_status why;
+    cJSON *root = dsq_json_parse(buf, len, NULL, &why);
     free(buf);
+    if (!root && why == DSQ_ERR_NOMEM) return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory parsing JSON", path);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return dsq_fail(DSQ_ERR_FORMAT, "%s: not a JSON object", path);

@@ -1,5 +1,5 @@
-/* Internals shared by the tokenizer files (runtime/tokenizer.c, tok_*.c).
- * Not part of the library's public API. */
+/* Private to runtime/ (tokenizer.c, tok_*.c): internals shared by the
+ * tokenizer files, not part of the library's public API. */
 #ifndef DSQ_RUNTIME_TOK_INTERNAL_H
 #define DSQ_RUNTIME_TOK_INTERNAL_H
 

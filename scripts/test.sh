@@ -8,6 +8,9 @@ JOBS=$(nproc 2>/dev/null || echo 2)
 bash scripts/install-deps.sh
 bash scripts/fetch-default-model.sh >/dev/null
 
+# The layer order first: a bad include fails in a second, before any build.
+bash scripts/check-layers.sh
+
 PY="${DSQ_CACHE:-$HOME/.cache/dsquant}/venv/bin/python"
 [ -x "$PY" ] || PY=python3
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDSQ_CUDA=AUTO -DDSQ_PYTHON="$PY" >/dev/null

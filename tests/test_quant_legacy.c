@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "core/dtype.h"
+#include "kernels/cpu.h"
 #include "formats/gguf.h"
 #include "quantizers/qtypes.h"
 #include "quantizers/quant_common.h"

@@ -6,8 +6,7 @@
  * Offsets that the formats subtract from every level (q3_K's 4, q6_K's 32,
  * the k-quant mins) are folded in through the activation's per-16 sums
  * (Q8_K bsums), as ggml's kernels do (ggml-cpu-quants.c); the code here is
- * our own. The block layouts are ggml-common.h's (quantizers/quant_common.h,
- * quantizers/kquants_internal.h). */
+ * our own. The block layouts are ggml-common.h's (quantizers/quant_common.h). */
 #if defined(__x86_64__) && defined(__GNUC__)
 #pragma GCC target("avx2,fma,f16c")
 #endif
@@ -19,7 +18,6 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "quantizers/kquants_internal.h"
 #include "quantizers/quant_common.h"
 
 #define QK 32
@@ -205,14 +203,14 @@ GEMV_ROWS(dsq_qgemv_iq4_nl_avx2, row_iq4_nl)
 /* ---------------------------------------------------------------- k-quants with Q8_K */
 
 /* The activation's 16 per-16 sums as 16-bit words. */
-static inline __m256i bsums16(const kq_block_q8 *a) { return load32(a->bsums); }
+static inline __m256i bsums16(const dsq_block_q8_K *a) { return load32(a->bsums); }
 
 /* q4_K / q5_K: 8 sub-blocks of 32 with 6-bit scales and mins packed in 12
- * bytes (kq_get_scale_min): bytes 0-3 hold scales 0-3 (low 6 bits), 4-7 mins
+ * bytes (dsq_kq_scale_min): bytes 0-3 hold scales 0-3 (low 6 bits), 4-7 mins
  * 0-3, 8-11 the low nibbles of scales/mins 4-7, whose top 2 bits sit in the
  * top bits of bytes 0-3 (scales) and 4-7 (mins). qh (q5_K) adds the fifth bit. */
 static inline __m256 q45_block(uint16_t d16, uint16_t dmin16, const uint8_t *s12, const uint8_t *qs, const uint8_t *qh,
-                               const kq_block_q8 *a, __m256 acc)
+                               const dsq_block_q8_K *a, __m256 acc)
 {
     uint32_t w[3];
     memcpy(w, s12, sizeof w);
@@ -248,19 +246,19 @@ static inline __m256 q45_block(uint16_t d16, uint16_t dmin16, const uint8_t *s12
 
 static inline float row_q4_K(int64_t n, const void *vx, const void *va)
 {
-    const kq_block_q4 *x = vx;
-    const kq_block_q8 *a = va;
+    const dsq_block_q4_K *x = vx;
+    const dsq_block_q8_K *a = va;
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / KQ_QK; i++) acc = q45_block(x[i].d, x[i].dmin, x[i].scales, x[i].qs, NULL, &a[i], acc);
+    for (int64_t i = 0; i < n / DSQ_QK_K; i++) acc = q45_block(x[i].d, x[i].dmin, x[i].scales, x[i].qs, NULL, &a[i], acc);
     return hsum8(acc);
 }
 
 static inline float row_q5_K(int64_t n, const void *vx, const void *va)
 {
-    const kq_block_q5 *x = vx;
-    const kq_block_q8 *a = va;
+    const dsq_block_q5_K *x = vx;
+    const dsq_block_q8_K *a = va;
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / KQ_QK; i++)
+    for (int64_t i = 0; i < n / DSQ_QK_K; i++)
         acc = q45_block(x[i].d, x[i].dmin, x[i].scales, x[i].qs, x[i].qh, &a[i], acc);
     return hsum8(acc);
 }
@@ -270,7 +268,7 @@ static inline float row_q5_K(int64_t n, const void *vx, const void *va)
  * qh[32h..+32); chunk k of 32 elements takes the low (k = 0, 1) or high
  * (k = 2, 3) nibbles of ql[64h + 32 (k & 1) ..] and bits 2k, 2k+1 of qh, with
  * scales 8h + 2k (first 16) and 8h + 2k + 1. */
-static inline __m256 q6_block(const kq_block_q6 *x, const kq_block_q8 *a, __m256 acc)
+static inline __m256 q6_block(const dsq_block_q6_K *x, const dsq_block_q8_K *a, __m256 acc)
 {
     const __m256i m15 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
     __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
@@ -295,17 +293,17 @@ static inline __m256 q6_block(const kq_block_q6 *x, const kq_block_q8 *a, __m256
 
 static inline float row_q6_K(int64_t n, const void *vx, const void *va)
 {
-    const kq_block_q6 *x = vx;
-    const kq_block_q8 *a = va;
+    const dsq_block_q6_K *x = vx;
+    const dsq_block_q8_K *a = va;
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / KQ_QK; i++) acc = q6_block(&x[i], &a[i], acc);
+    for (int64_t i = 0; i < n / DSQ_QK_K; i++) acc = q6_block(&x[i], &a[i], acc);
     return hsum8(acc);
 }
 
 /* q2_K: 2-bit levels, sixteen sub-blocks of 16 with a 4-bit scale (low
  * nibble) and a 4-bit min (high nibble). Half h: qs[32h..+32); chunk k takes
  * bits 2k, 2k+1 of those bytes, scales 8h + 2k and 8h + 2k + 1. */
-static inline __m256 q2_block(const kq_block_q2 *x, const kq_block_q8 *a, __m256 acc)
+static inline __m256 q2_block(const dsq_block_q2_K *x, const dsq_block_q8_K *a, __m256 acc)
 {
     const __m256i m3 = _mm256_set1_epi8(3);
     const __m128i m15 = _mm_set1_epi8(15);
@@ -328,18 +326,18 @@ static inline __m256 q2_block(const kq_block_q2 *x, const kq_block_q8 *a, __m256
 
 static inline float row_q2_K(int64_t n, const void *vx, const void *va)
 {
-    const kq_block_q2 *x = vx;
-    const kq_block_q8 *a = va;
+    const dsq_block_q2_K *x = vx;
+    const dsq_block_q8_K *a = va;
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / KQ_QK; i++) acc = q2_block(&x[i], &a[i], acc);
+    for (int64_t i = 0; i < n / DSQ_QK_K; i++) acc = q2_block(&x[i], &a[i], acc);
     return hsum8(acc);
 }
 
 /* q3_K: value = 2 low bits + 4 * (hmask bit) - 4, sixteen 6-bit scales
- * (kq_q3_scale: low nibbles in bytes 0-7, two top bits per scale in bytes
+ * (dsq_kq_q3_scale: low nibbles in bytes 0-7, two top bits per scale in bytes
  * 8-11) minus 32. Half h, chunk k: bits 2k, 2k+1 of qs[32h..+32), hmask bit
  * 4h + k, scales 8h + 2k and 8h + 2k + 1. The -4 goes through the bsums. */
-static inline __m256 q3_block(const kq_block_q3 *x, const kq_block_q8 *a, __m256 acc)
+static inline __m256 q3_block(const dsq_block_q3_K *x, const dsq_block_q8_K *a, __m256 acc)
 {
     uint32_t w[3];
     memcpy(w, x->scales, sizeof w);
@@ -365,16 +363,16 @@ static inline __m256 q3_block(const kq_block_q3 *x, const kq_block_q8 *a, __m256
 
 static inline float row_q3_K(int64_t n, const void *vx, const void *va)
 {
-    const kq_block_q3 *x = vx;
-    const kq_block_q8 *a = va;
+    const dsq_block_q3_K *x = vx;
+    const dsq_block_q8_K *a = va;
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / KQ_QK; i++) acc = q3_block(&x[i], &a[i], acc);
+    for (int64_t i = 0; i < n / DSQ_QK_K; i++) acc = q3_block(&x[i], &a[i], acc);
     return hsum8(acc);
 }
 
 /* iq4_xs: eight sub-blocks of 32 with non-linear 4-bit levels (the IQ4 table)
  * and 6-bit scales (low nibble in scales_l, two top bits in scales_h) minus 32. */
-static inline __m256 iq4_xs_block(const dsq_block_iq4_xs *x, const kq_block_q8 *a, __m256 acc)
+static inline __m256 iq4_xs_block(const dsq_block_iq4_xs *x, const dsq_block_q8_K *a, __m256 acc)
 {
     const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)dsq_kvalues_iq4nl));
     __m256i sum = _mm256_setzero_si256();
@@ -391,9 +389,9 @@ static inline __m256 iq4_xs_block(const dsq_block_iq4_xs *x, const kq_block_q8 *
 static inline float row_iq4_xs(int64_t n, const void *vx, const void *va)
 {
     const dsq_block_iq4_xs *x = vx;
-    const kq_block_q8 *a = va;
+    const dsq_block_q8_K *a = va;
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / KQ_QK; i++) acc = iq4_xs_block(&x[i], &a[i], acc);
+    for (int64_t i = 0; i < n / DSQ_QK_K; i++) acc = iq4_xs_block(&x[i], &a[i], acc);
     return hsum8(acc);
 }
 

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Fails when the library exports a symbol without the dsq_ prefix (one line per
+# symbol). Usage: scripts/check-symbols.sh path/to/libdsquant.a
+set -euo pipefail
+lib="${1:?usage: check-symbols.sh LIBRARY}"
+# Defined global symbols only. ".gomp_critical_user_<name>" is the lock GCC
+# makes for "#pragma omp critical(<name>)"; ours are named dsq_* too.
+bad=$(nm -g --defined-only "$lib" |
+    awk 'NF == 3 && $3 !~ /^dsq_/ && $3 !~ /^\.gomp_critical_user_dsq_/ { print $3 }' | sort -u)
+if [ -n "$bad" ]; then
+    printf '%s\n' "$bad" | sed "s|^|$lib: exported without the dsq_ prefix: |"
+    exit 1
+fi
