@@ -10,6 +10,7 @@
 
 #include "calibration/seq_internal.h"
 #include "core/clock.h"
+#include "core/grow.h"
 #include "core/log.h"
 
 struct dsq_seq_keep {
@@ -19,13 +20,9 @@ struct dsq_seq_keep {
 
 dsq_status dsq_seq_keep_add(dsq_seq_keep *k, void *p)
 {
-    if (k->n == k->cap) {
-        size_t cap = k->cap ? 2 * k->cap : 64;
-        void **np = realloc(k->p, cap * sizeof *np);
-        if (!np) return dsq_fail(DSQ_ERR_NOMEM, "quantize: out of memory");
-        k->p = np;
-        k->cap = cap;
-    }
+    void **np = dsq_grow(k->p, &k->cap, k->n + 1, sizeof *np);
+    if (!np) return dsq_fail(DSQ_ERR_NOMEM, "quantize: out of memory");
+    k->p = np;
     k->p[k->n++] = p;
     return DSQ_OK;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "core/grow.h"
 #include "core/log.h"
 #include "formats/hf_names.h"
 #include "formats/hf_tokenizer.h"
@@ -20,7 +21,7 @@ struct dsq_int_writer {
     const dsq_int_spec *spec;
     dsq_st_writer *st;
     char **skipped; /* module names left unquantized */
-    size_t n_skipped;
+    size_t n_skipped, cap_skipped;
     int64_t n_wrapped;
     uint16_t *buf16;
     size_t cap16;
@@ -251,7 +252,7 @@ static dsq_status note_skipped(dsq_int_writer *w, int layer, int id)
 {
     char name[200];
     module_name(w, layer, id, name, sizeof name);
-    char **n = realloc(w->skipped, (w->n_skipped + 1) * sizeof *n);
+    char **n = dsq_grow(w->skipped, &w->cap_skipped, w->n_skipped + 1, sizeof *n);
     if (!n) return dsq_fail(DSQ_ERR_NOMEM, "int writer: out of memory");
     w->skipped = n;
     if (!(n[w->n_skipped] = strdup(name))) return dsq_fail(DSQ_ERR_NOMEM, "int writer: out of memory");

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/grow.h"
 #include "formats/hf_names.h"
 #include "runtime/model_quant.h"
 
@@ -25,16 +26,12 @@ const char *dsq_model_linear_gguf(const dsq_model *m, int i)
 
 static dsq_status keep(dsq_model *m, void *p)
 {
-    if (m->n_owned == m->cap_owned) {
-        size_t cap = m->cap_owned ? 2 * m->cap_owned : 64;
-        void **o = realloc(m->owned, cap * sizeof *o);
-        if (!o) {
-            free(p);
-            return dsq_fail(DSQ_ERR_NOMEM, "model: out of memory");
-        }
-        m->owned = o;
-        m->cap_owned = cap;
+    void **o = dsq_grow(m->owned, &m->cap_owned, m->n_owned + 1, sizeof *o);
+    if (!o) {
+        free(p);
+        return dsq_fail(DSQ_ERR_NOMEM, "model: out of memory");
     }
+    m->owned = o;
     m->owned[m->n_owned++] = p;
     return DSQ_OK;
 }

@@ -1,7 +1,7 @@
-/* The CPU backend's op set. The model code (runtime/forward.c) is written
- * against these ops only, so that a CUDA backend can provide the same set.
- * Activations are F32, row-major, one row per token. Parallel ops use
- * dsq_cpu_threads() OpenMP threads. */
+/* The CPU backend's ops, which runtime/cpu/backend_cpu.c puts behind the
+ * backend table (runtime/backend.h); model code calls them only through that
+ * table. Activations are F32, row-major, one row per token. Parallel ops use
+ * dsq_cpu_threads() OpenMP threads (the calling context's count). */
 #ifndef DSQ_RUNTIME_CPU_OPS_H
 #define DSQ_RUNTIME_CPU_OPS_H
 
