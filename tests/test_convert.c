@@ -940,7 +940,7 @@ static void test_real_model(void **st)
 {
     (void)st;
     char *model = dsq_test_default_model();
-    if (!model) skip();
+    if (!model) DSQ_TEST_SKIP();
     char *root = dsq_test_mkdtemp();
     char *hf1 = join(root, "hf1"), *g2 = join(root, "f32.gguf"), *hf2 = join(root, "hf2");
     if (dsq_convert_gguf_to_hf(model, hf1, DSQ_CONVERT_AUTO, false, 0) != DSQ_OK) fail_msg("%s", dsq_errmsg());
@@ -1015,5 +1015,5 @@ int main(void)
         cmocka_unit_test(test_cli),
         cmocka_unit_test(test_real_model),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }

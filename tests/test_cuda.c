@@ -26,7 +26,7 @@ static float f32_of_bits(uint32_t u)
 
 static void test_unavailable_refuses(void **state)
 {
-    if (dsq_cuda_available()) skip(); /* covered by the device tests */
+    if (dsq_cuda_available()) DSQ_TEST_SKIP_ENV("a CUDA device is visible; the device cases cover the refusal");
 #ifndef DSQ_HAVE_CUDA
     fprintf(stderr, "SKIP: built without CUDA; only the stubs are checked\n");
 #else
@@ -91,19 +91,19 @@ static void check_device(dsq_type t)
 
 static void test_device_f16_matches_cpu(void **state)
 {
-    if (!dsq_cuda_available()) skip();
+    if (!dsq_cuda_available()) DSQ_TEST_SKIP_ENV("no CUDA device visible");
     check_device(DSQ_TYPE_F16);
 }
 
 static void test_device_bf16_matches_cpu(void **state)
 {
-    if (!dsq_cuda_available()) skip();
+    if (!dsq_cuda_available()) DSQ_TEST_SKIP_ENV("no CUDA device visible");
     check_device(DSQ_TYPE_BF16);
 }
 
 static void test_device_edge_sizes(void **state)
 {
-    if (!dsq_cuda_available()) skip();
+    if (!dsq_cuda_available()) DSQ_TEST_SKIP_ENV("no CUDA device visible");
     float one = 1.0f;
     uint16_t out = 0;
     assert_int_equal(dsq_cuda_convert_f32(&one, DSQ_TYPE_F16, &out, 0), DSQ_OK);
@@ -122,5 +122,5 @@ int main(void)
         cmocka_unit_test(test_device_bf16_matches_cpu),
         cmocka_unit_test(test_device_edge_sizes),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }

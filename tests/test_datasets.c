@@ -132,7 +132,7 @@ static void test_shared_files_match(void **state)
 {
     (void)state;
     char *dir = dsq_test_shared("datasets");
-    if (!dir) skip();
+    if (!dir) DSQ_TEST_SKIP();
     char *root = strdup(dir);
     root[strlen(root) - strlen("/datasets")] = 0;
     char *old = getenv("DSQ_SHARED_DIR") ? strdup(getenv("DSQ_SHARED_DIR")) : NULL;
@@ -232,6 +232,8 @@ static void test_missing_file_error(void **state)
     (void)state;
     char *dir = dsq_test_mkdtemp(), path[4096], *text;
     size_t len;
+    /* Looked up before isolate() points DSQ_SHARED_DIR at an empty folder. */
+    char *shared_zst = dsq_test_shared("datasets/tinyshakespeare.txt.zst");
     dsq_test_env e = isolate(dir);
     assert_int_equal(dsq_dataset_load("tinyshakespeare", DSQ_TEXT_RAW, path, sizeof path, &text, &len),
                      DSQ_ERR_NOT_FOUND);
@@ -250,7 +252,6 @@ static void test_missing_file_error(void **state)
     mkdir(cache, 0755);
     snprintf(cache, sizeof cache, "%s/cache/datasets", dir);
     mkdir(cache, 0755);
-    char *shared_zst = dsq_test_shared("datasets/tinyshakespeare.txt.zst");
     if (shared_zst) {
         char *raw;
         size_t rl;
@@ -293,5 +294,5 @@ int main(void)
         cmocka_unit_test(test_missing_file_error),
         cmocka_unit_test(test_unknown_name_and_layout),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }

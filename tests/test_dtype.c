@@ -438,8 +438,7 @@ static void test_exhaustive_f32(void **state)
 {
     const char *env = getenv("DSQ_TEST_EXHAUSTIVE");
     if (!env || strcmp(env, "1") != 0) {
-        fprintf(stderr, "SKIP: set DSQ_TEST_EXHAUSTIVE=1 to compare all 2^32 floats\n");
-        skip();
+        DSQ_TEST_SKIP_ENV("set DSQ_TEST_EXHAUSTIVE=1 to compare all 2^32 floats");
     }
     ref_fmt *all[] = {&g_f16, &g_bf16, &g_e4m3, &g_e5m2};
     for (size_t k = 0; k < 4; k++) {
@@ -790,5 +789,5 @@ int main(void)
         cmocka_unit_test(test_type_nbytes),
         cmocka_unit_test(test_mul_dims),
     };
-    return cmocka_run_group_tests(tests, setup_refs, teardown_refs);
+    return DSQ_TEST_RUN_GROUP(tests, setup_refs, teardown_refs);
 }

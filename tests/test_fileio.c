@@ -37,8 +37,7 @@
 static void known_bug(const char *what)
 {
     if (DSQ_FILEIO_KNOWN_BUGS_FIXED) fail_msg("%s", what);
-    fprintf(stderr, "SKIP: known bug in core/fileio.c (reported): %s\n", what);
-    skip();
+    DSQ_TEST_SKIP_ENV("known bug in core/fileio.c (reported): %s", what);
 }
 
 typedef struct fixture {
@@ -493,7 +492,7 @@ static int run_child(int (*fn)(const char *), const char *arg)
 static void expect_child(int (*fn)(const char *), const char *arg)
 {
     int rc = run_child(fn, arg);
-    if (rc == 77) skip();
+    if (rc == 77) DSQ_TEST_SKIP(); /* the child said why */
     assert_int_equal(rc, 0);
 }
 
@@ -565,7 +564,7 @@ static void test_read_only_folder(void **state)
     int rc = run_child(child_read_only, fx->path);
     assert_int_equal(chmod(fx->path, 0755), 0);
     assert_int_equal(dsq_test_count_entries(fx->path), 0);
-    if (rc == 77) skip();
+    if (rc == 77) DSQ_TEST_SKIP(); /* the child said why */
     assert_int_equal(rc, 0);
 }
 
@@ -641,5 +640,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_full_disk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_after_rename, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }

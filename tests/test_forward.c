@@ -131,7 +131,7 @@ static void test_gemm_matches_naive(void **state)
 static void test_scalar_vs_simd(void **state)
 {
     (void)state;
-    if (!dsq_cpu_has_avx2()) skip();
+    if (!dsq_cpu_has_avx2()) DSQ_TEST_SKIP_ENV("this CPU has no AVX2");
     int m = 50, n = 70, k = 777;
     float *A = randm((size_t)m * k, 1), *B = randm((size_t)n * k, 1);
     float *C1 = malloc((size_t)m * n * sizeof *C1), *C2 = malloc((size_t)m * n * sizeof *C2);
@@ -1261,8 +1261,8 @@ static bool smol_open(smol *s)
     assert_int_equal(stat(s->model_path, &st), 0);
     double want = cJSON_GetObjectItem(s->ref, "model_bytes")->valuedouble;
     if ((double)st.st_size != want) {
-        printf("skipping: %s has %lld bytes, the fixture was made from a %.0f-byte file\n", s->model_path,
-               (long long)st.st_size, want);
+        dsq_test_fixture_missing("%s has %lld bytes, the fixture was made from a %.0f-byte file", s->model_path,
+                                 (long long)st.st_size, want);
         cJSON_Delete(s->ref);
         free(s->model_path);
         return false;
@@ -1325,7 +1325,7 @@ static void test_smollm2_logits(void **state)
 {
     (void)state;
     smol s;
-    if (!smol_open(&s)) skip();
+    if (!smol_open(&s)) DSQ_TEST_SKIP();
     int32_t fixed[64], toks[32];
     int_array(cJSON_GetObjectItem(s.ref, "fixed_ids"), fixed, 64);
     dsq_ctx *c;
@@ -1369,7 +1369,7 @@ static void test_smollm2_ppl(void **state)
 {
     (void)state;
     smol s;
-    if (!smol_open(&s)) skip();
+    if (!smol_open(&s)) DSQ_TEST_SKIP();
     const cJSON *pr = cJSON_GetObjectItem(s.ref, "ppl");
     int ctx = cJSON_GetObjectItem(pr, "ctx")->valueint, all = cJSON_GetObjectItem(pr, "chunks")->valueint;
     int chunks = UNDER_SANITIZER ? 2 : all; /* sanitizer builds are ~10x slower */
@@ -1418,5 +1418,5 @@ int main(void)
         cmocka_unit_test(test_smollm2_logits),
         cmocka_unit_test(test_smollm2_ppl),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }

@@ -270,7 +270,7 @@ static bool smol_open(smol *s)
     struct stat st;
     assert_int_equal(stat(s->path, &st), 0);
     if ((double)st.st_size != cJSON_GetObjectItem(s->ref, "model_bytes")->valuedouble) {
-        printf("skipping: %s is not the model the fixture was made from\n", s->path);
+        dsq_test_fixture_missing("%s is not the model the fixture was made from", s->path);
         cJSON_Delete(s->ref);
         free(s->path);
         return false;
@@ -300,7 +300,7 @@ static void test_smollm2_chat_renderings(void **state)
 {
     (void)state;
     smol s;
-    if (!smol_open(&s)) skip();
+    if (!smol_open(&s)) DSQ_TEST_SKIP();
     char *tmpl;
     expect_ok(dsq_chat_template_text(s.m->ckpt, &tmpl));
     dsq_chat_template t;
@@ -376,7 +376,7 @@ static void test_smollm2_greedy_f32_equals_transformers(void **state)
 {
     (void)state;
     smol s;
-    if (!smol_open(&s)) skip();
+    if (!smol_open(&s)) DSQ_TEST_SKIP();
     int n_new = cJSON_GetObjectItem(s.ref, "n_new")->valueint;
     dsq_sampler *g = sampler(0, 0, 1, 0, s.m->vocab);
     const cJSON *gc;
@@ -410,7 +410,7 @@ static void test_smollm2_greedy_default_and_sampling(void **state)
 {
     (void)state;
     smol s;
-    if (!smol_open(&s)) skip();
+    if (!smol_open(&s)) DSQ_TEST_SKIP();
     const cJSON *gc = cJSON_GetArrayItem(cJSON_GetObjectItem(s.ref, "greedy"), 1); /* code: the longest */
     int32_t p[256], want[256];
     int np = prompt_ids(&s, gc, p, 256), nw = ints(cJSON_GetObjectItem(gc, "continuation"), want, 256);
@@ -467,7 +467,7 @@ static void test_cli(void **state)
 {
     (void)state;
     smol s;
-    if (!smol_open(&s)) skip();
+    if (!smol_open(&s)) DSQ_TEST_SKIP();
     char *dir = dsq_test_mkdtemp(), cmd[8192], err[4096], path[4096];
     const struct {
         int idx;
@@ -512,5 +512,5 @@ int main(void)
         cmocka_unit_test(test_smollm2_greedy_default_and_sampling),
         cmocka_unit_test(test_cli),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }

@@ -981,7 +981,7 @@ static void test_kquants_vectors(void **state)
 {
     (void)state;
     char *path = dsq_test_shared("vectors/kquants.gguf");
-    if (!path) skip();
+    if (!path) DSQ_TEST_SKIP();
     dsq_gguf *g;
     assert_int_equal(dsq_gguf_open(path, &g), DSQ_OK);
     assert_true(g->n_tensors == 500);
@@ -1055,7 +1055,7 @@ int main(void)
         cmocka_unit_test(test_writer_refuses),
         cmocka_unit_test(test_kquants_vectors),
     };
-    int rc = cmocka_run_group_tests(tests, setup, teardown);
+    int rc = DSQ_TEST_RUN_GROUP(tests, setup, teardown);
     for (int i = 0; i < N_RICH_T; i++) free(g_rt[i].data);
     return rc;
 }

@@ -234,7 +234,7 @@ static dsq_gguf_quantize_options options(const char *type, int threads)
 static void test_real_mixes(void **state)
 {
     real *r = *state;
-    if (!r) return;
+    if (!r) DSQ_TEST_SKIP();
     static const char *const spot[] = {"token_embd.weight", "blk.0.attn_q.weight", "blk.0.attn_v.weight",
                                        "blk.0.ffn_down.weight", "blk.3.ffn_down.weight", "blk.29.ffn_up.weight"};
     dsq_gguf *in = open_gguf(r->f32);
@@ -278,7 +278,7 @@ static void test_real_mixes(void **state)
 static void test_real_threads(void **state)
 {
     real *r = *state;
-    if (!r) return;
+    if (!r) DSQ_TEST_SKIP();
     if (!r->out[0][0]) fail_msg("test_real_mixes did not run");
     char *one = join(r->dir, "Q4_K_M-1thread.gguf");
     dsq_gguf_quantize_options o = options("Q4_K_M", 1);
@@ -293,7 +293,7 @@ static void test_real_threads(void **state)
 static void test_real_hf_input(void **state)
 {
     real *r = *state;
-    if (!r) return;
+    if (!r) DSQ_TEST_SKIP();
     if (!r->out[0][0]) fail_msg("test_real_mixes did not run");
     static const int which[] = {2, 0}; /* Q8_0, Q4_K_M */
     for (int k = 0; k < 2; k++) {
@@ -314,7 +314,7 @@ static void test_real_hf_input(void **state)
 static void test_real_hf_bf16(void **state)
 {
     real *r = *state;
-    if (!r) return;
+    if (!r) DSQ_TEST_SKIP();
     char *model = dsq_test_default_model();
     char *hf = join(r->dir, "hf-bf16"), *conv = join(r->dir, "conv-bf16.gguf"), *out = join(r->dir, "q-bf16.gguf");
     assert_int_equal(dsq_convert_gguf_to_hf(model, hf, DSQ_CONVERT_BF16, false, 0), DSQ_OK);
@@ -350,7 +350,7 @@ static void test_real_hf_bf16(void **state)
 static void test_real_imatrix(void **state)
 {
     real *r = *state;
-    if (!r) return;
+    if (!r) DSQ_TEST_SKIP();
     static const struct {
         const char *name;
         uint32_t nval;
@@ -421,7 +421,7 @@ static void test_real_imatrix(void **state)
 static void test_real_requantize(void **state)
 {
     real *r = *state;
-    if (!r) return;
+    if (!r) DSQ_TEST_SKIP();
     char *model = dsq_test_default_model();
     char *out = join(r->dir, "requant.gguf");
     int before = dsq_test_count_entries(r->dir);
@@ -982,5 +982,5 @@ int main(void)
     };
     int failed = cmocka_run_group_tests_name("synthetic", synthetic, NULL, NULL);
     failed += cmocka_run_group_tests_name("real_model", real_model, real_setup, real_teardown);
-    return failed;
+    return dsq_test_status(failed, sizeof synthetic / sizeof *synthetic + sizeof real_model / sizeof *real_model);
 }

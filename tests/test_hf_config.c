@@ -553,7 +553,7 @@ static void test_real_smollm2(void **state)
 {
     (void)state;
     char *path = dsq_test_default_model();
-    if (!path) skip();
+    if (!path) DSQ_TEST_SKIP();
     dsq_gguf *g = NULL;
     assert_int_equal(dsq_gguf_open(path, &g), DSQ_OK);
     dsq_arch a;
@@ -581,5 +581,5 @@ int main(void)
         cmocka_unit_test(test_llama3_bad_table),
         cmocka_unit_test(test_real_smollm2),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }

@@ -787,7 +787,7 @@ static void test_smollm2_round_trip(void **state)
 {
     (void)state;
     char *path = dsq_test_default_model();
-    if (!path) skip();
+    if (!path) DSQ_TEST_SKIP();
     dsq_gguf *g = NULL;
     assert_int_equal(dsq_gguf_open(path, &g), DSQ_OK);
     free(path);
@@ -822,7 +822,7 @@ static void test_shared_vocabs(void **state)
         char rel[128];
         snprintf(rel, sizeof rel, "tokenizer/ggml-vocab-%s.gguf", names[i]);
         char *path = dsq_test_shared(rel);
-        if (!path) skip();
+        if (!path) DSQ_TEST_SKIP();
         dsq_gguf *g = NULL;
         assert_int_equal(dsq_gguf_open(path, &g), DSQ_OK);
         free(path);
@@ -870,5 +870,5 @@ int main(void)
         cmocka_unit_test(test_gguf_named_template_missing),
         cmocka_unit_test(test_smollm2_round_trip), cmocka_unit_test(test_shared_vocabs),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }

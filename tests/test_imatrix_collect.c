@@ -274,7 +274,7 @@ static void test_smollm2_two_chunks(void **state)
 {
     (void)state;
     char *path = dsq_test_default_model();
-    if (!path) skip();
+    if (!path) DSQ_TEST_SKIP();
     dsq_model *m;
     dsq_ctx *c;
     expect_ok(dsq_model_open(path, &m));
@@ -327,7 +327,7 @@ static void test_cli(void **state)
 {
     (void)state;
     char *model = dsq_test_default_model();
-    if (!model) skip();
+    if (!model) DSQ_TEST_SKIP();
     char *dir = dsq_test_mkdtemp(), cmd[16384], err[8192], text[8192] = "", out[4096];
     for (int i = 0; i < 12; i++)
         strcat(text, "The river rose after the storm, and the people of the valley moved their animals to the hills. ");
@@ -354,7 +354,7 @@ static void test_cli(void **state)
         snprintf(out, sizeof out, "%s/q.gguf", dir);
         assert_true(dsq_exists(out));
     } else {
-        printf("dsquant gguf not available: --imatrix check skipped\n");
+        dsq_test_fixture_missing("%s has no gguf command: the --imatrix check did not run", DSQ_BINARY);
     }
     free(data), free(model);
     dsq_test_rmtmp(dir);
@@ -367,5 +367,5 @@ int main(void)
         cmocka_unit_test(test_smollm2_two_chunks),
         cmocka_unit_test(test_cli),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }

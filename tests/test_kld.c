@@ -493,7 +493,7 @@ static void test_smollm2_self_and_q8(void **state)
 {
     (void)state;
     smol s;
-    if (!smol_open(&s)) skip();
+    if (!smol_open(&s)) DSQ_TEST_SKIP();
     dsq_kld_opts o;
     opts(&o);
     dsq_kld_result r;
@@ -527,7 +527,7 @@ static void test_smollm2_file_path(void **state)
 {
     (void)state;
     smol s;
-    if (!smol_open(&s)) skip();
+    if (!smol_open(&s)) DSQ_TEST_SKIP();
     char *dir = dsq_test_mkdtemp(), path[4096];
     snprintf(path, sizeof path, "%s/base.kld", dir);
     dsq_kld_opts o;
@@ -576,7 +576,7 @@ static void test_cli(void **state)
 {
     (void)state;
     char *model = dsq_test_default_model();
-    if (!model) skip();
+    if (!model) DSQ_TEST_SKIP();
     char *dir = dsq_test_mkdtemp(), cmd[16384], err[4096], text[8192] = "";
     for (int i = 0; i < 12; i++)
         strcat(text, "The river rose after the storm, and the people of the valley moved their animals to the hills. ");
@@ -622,5 +622,5 @@ int main(void)
         cmocka_unit_test(test_smollm2_file_path),
         cmocka_unit_test(test_cli),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }

@@ -148,7 +148,7 @@ static void test_reference_vectors(void **state)
 {
     (void)state;
     char *path = dsq_test_shared("vectors/kquants.gguf");
-    if (!path) skip();
+    if (!path) DSQ_TEST_SKIP();
     dsq_gguf *g = NULL;
     assert_int_equal(dsq_gguf_open(path, &g), DSQ_OK);
     const dsq_gguf_array *dists;
@@ -458,5 +458,5 @@ int main(void)
         cmocka_unit_test(test_roundtrip),         cmocka_unit_test(test_q8_K),
         cmocka_unit_test(test_simd_matches_scalar), cmocka_unit_test(test_vec_dot),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }

@@ -115,17 +115,16 @@ static void check_type(const kcase *kc, int64_t n)
     free(wf), free(xf);
 }
 
-static bool have_avx2(void)
-{
-    if (dsq_cpu_has_avx2()) return true;
-    printf("SKIP: this CPU has no AVX2/FMA/F16C; the kernels are never used here\n");
-    return false;
-}
+/* The kernels are never used on a CPU without them: a skip, not a failure. */
+#define REQUIRE_AVX2()                                                                                               \
+    do {                                                                                                             \
+        if (!dsq_cpu_has_avx2()) DSQ_TEST_SKIP_ENV("this CPU has no AVX2/FMA/F16C; the kernels are never used here"); \
+    } while (0)
 
 static void test_kernels_match_reference(void **state)
 {
     (void)state;
-    if (!have_avx2()) return;
+    REQUIRE_AVX2();
     for (size_t c = 0; c < sizeof g_cases / sizeof *g_cases; c++) {
         bool k = dsq_type_get((int)g_cases[c].t)->block_elems == 256;
         const int64_t sizes_k[] = {256, 768, 4096}, sizes_l[] = {32, 96, 576, 4096};
@@ -138,7 +137,7 @@ static void test_kernels_match_reference(void **state)
 static void test_dispatch(void **state)
 {
     (void)state;
-    if (!have_avx2()) return;
+    REQUIRE_AVX2();
     dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
     for (size_t c = 0; c < sizeof g_cases / sizeof *g_cases; c++) assert_non_null(dsq_qgemv_kernel(g_cases[c].t));
     /* no kernel for dense types, activation types or types without one */
@@ -156,7 +155,7 @@ static void test_dispatch(void **state)
 static void test_linear_decode_path(void **state)
 {
     (void)state;
-    if (!have_avx2()) return;
+    REQUIRE_AVX2();
     const int64_t out = 41, in = 512;
     const int ntok = 3;
     const dsq_type types[] = {DSQ_TYPE_Q4_1, DSQ_TYPE_Q5_0, DSQ_TYPE_Q4_K, DSQ_TYPE_Q6_K};
@@ -190,5 +189,5 @@ int main(void)
         cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_linear_decode_path),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }

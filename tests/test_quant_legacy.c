@@ -179,7 +179,7 @@ static void test_reference_vectors(void **state)
 {
     (void)state;
     char *path = dsq_test_shared("vectors/kquants.gguf");
-    if (!path) skip();
+    if (!path) DSQ_TEST_SKIP();
     vecfile vf = {0};
     assert_int_equal(dsq_gguf_open(path, &vf.g), DSQ_OK);
     const dsq_gguf_array *dists;
@@ -530,5 +530,5 @@ int main(void)
         cmocka_unit_test(test_zero_blocks),       cmocka_unit_test(test_roundtrip_bounds),
         cmocka_unit_test(test_simd_matches_scalar), cmocka_unit_test(test_vec_dot),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }

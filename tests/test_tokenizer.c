@@ -180,7 +180,7 @@ static void test_vocab_vectors(void **state)
     size_t all_pass = 0, all_total = 0;
     for (size_t k = 0; k < N_VOCABS; k++) {
         dsq_tokenizer *t = load_vocab(g_vocabs[k]);
-        if (!t) skip();
+        if (!t) DSQ_TEST_SKIP();
         size_t total = 0, pass = run_vectors(t, g_vocabs[k], &total);
         fprintf(stderr, "ggml-vocab-%s: %zu/%zu cases match llama.cpp\n", g_vocabs[k], pass, total);
         all_pass += pass;
@@ -195,7 +195,7 @@ static void test_wiki_round_trip(void **state)
 {
     (void)state;
     char *wiki = dsq_test_shared("datasets/wiki.test.raw");
-    if (!wiki) skip();
+    if (!wiki) DSQ_TEST_SKIP();
     size_t len = 0;
     char *text = slurp(wiki, &len);
     assert_true(len > 1000000);
@@ -217,7 +217,7 @@ static void test_smollm2_reference(void **state)
 {
     (void)state;
     char *path = dsq_test_default_model();
-    if (!path) skip();
+    if (!path) DSQ_TEST_SKIP();
     dsq_tokenizer *t = load_gguf_tok(path);
     assert_string_equal(dsq_tokenizer_pre(t), "smollm");
     assert_int_equal(dsq_tokenizer_type(t), DSQ_TOK_BPE);
@@ -526,7 +526,7 @@ static void test_hf_json_from_gguf(void **state)
     (void)state;
     char *inp_path = dsq_test_shared("tokenizer/ggml-vocab-gpt-2.gguf.inp");
     char *wiki = dsq_test_shared("datasets/wiki.test.raw");
-    if (!inp_path || !wiki) skip();
+    if (!inp_path || !wiki) DSQ_TEST_SKIP();
     size_t ilen = 0, wlen = 0;
     char *inp = slurp(inp_path, &ilen), *wtext = slurp(wiki, &wlen);
     char *texts[260];
@@ -822,7 +822,7 @@ static void test_invalid_utf8(void **state)
 {
     (void)state;
     dsq_tokenizer *gpt2 = load_vocab("gpt-2");
-    if (!gpt2) skip();
+    if (!gpt2) DSQ_TEST_SKIP();
     static const char bad[] = "ab\xff\xc3(\xed\xa0\x80z\xf4\x90\x80\x80 \xe2\x82";
     static const char fixed[] = "ab\xef\xbf\xbd\xef\xbf\xbd(\xed\xa0\x80z\xef\xbf\xbd \xef\xbf\xbd\xef\xbf\xbd";
     dsq_tokens a = {0}, b = {0};
@@ -861,7 +861,7 @@ static void test_random_bytes(void **state)
     uint64_t seed = 12345;
     for (size_t k = 0; k < N_VOCABS; k++) {
         dsq_tokenizer *t = load_vocab(g_vocabs[k]);
-        if (!t) skip();
+        if (!t) DSQ_TEST_SKIP();
         for (int round = 0; round < 40; round++) {
             bool lone = round % 2 == 0; /* high bytes only 0x80..0xBF */
             char buf[600];
@@ -895,7 +895,7 @@ static void test_edges_and_threads(void **state)
 {
     (void)state;
     dsq_tokenizer *t = load_vocab("gpt-2");
-    if (!t) skip();
+    if (!t) DSQ_TEST_SKIP();
     dsq_tokens v = {0};
     encode(t, "", 0, false, false, &v);
     assert_int_equal(v.n, 0);
@@ -942,7 +942,7 @@ static void test_cli(void **state)
 {
     (void)state;
     char *vocab = dsq_test_shared("tokenizer/ggml-vocab-gpt-2.gguf");
-    if (!vocab) skip();
+    if (!vocab) DSQ_TEST_SKIP();
     char *dir = dsq_test_mkdtemp();
     char cmd[8192], err[1024];
     snprintf(cmd, sizeof cmd, "%s tokenize %s --text 'Hello world|| Hello, world!' --sep '||' > %s/out.txt", DSQ_BINARY,
@@ -1001,5 +1001,5 @@ int main(void)
         cmocka_unit_test(test_edges_and_threads),
         cmocka_unit_test(test_cli),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }

@@ -2,11 +2,16 @@
 
 #include <dirent.h>
 #include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cmocka.h>
 
 #include "core/fileio.h"
 
@@ -53,6 +58,42 @@ int dsq_test_count_entries(const char *dir)
     return n;
 }
 
+/* Cases that skipped in this program (cmocka reports skips but does not count them for main). */
+static size_t g_skipped;
+
+bool dsq_test_require_fixtures(void)
+{
+    const char *v = getenv("DSQ_TEST_REQUIRE_FIXTURES");
+    return v && !strcmp(v, "1");
+}
+
+void dsq_test_fixture_missing(const char *fmt, ...)
+{
+    char why[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    if (dsq_test_require_fixtures())
+        fail_msg("%s (DSQ_TEST_REQUIRE_FIXTURES=1: a missing fixture fails instead of skipping)", why);
+    fprintf(stderr, "SKIP: %s\n", why);
+}
+
+void dsq_test_count_skip(void)
+{
+    g_skipped++;
+}
+
+int dsq_test_status(int failed, size_t n_cases)
+{
+    if (failed) return 1; /* not the count: 77 failures must not read as a skip, 256 as a pass */
+    if (n_cases && g_skipped >= n_cases) {
+        fprintf(stderr, "all %zu cases skipped: exit 77\n", n_cases);
+        return 77;
+    }
+    return 0;
+}
+
 char *dsq_test_shared(const char *rel)
 {
     const char *root = getenv("DSQ_SHARED_DIR");
@@ -62,7 +103,7 @@ char *dsq_test_shared(const char *rel)
     char buf[4096];
     snprintf(buf, sizeof buf, "%s/%s", root ? root : "../shared", rel);
     if (access(buf, R_OK) != 0) {
-        fprintf(stderr, "SKIP: %s not found (../shared is absent); skipping the cases that need it\n", buf);
+        dsq_test_fixture_missing("%s not found (../shared is absent); skipping the cases that need it", buf);
         return NULL;
     }
     return strdup(buf);
@@ -78,7 +119,7 @@ char *dsq_test_default_model(void)
         snprintf(buf, sizeof buf, "%s/.cache/dsquant/models/SmolLM2-135M-Instruct.Q4_1.gguf",
                  getenv("HOME") ? getenv("HOME") : "/root");
     if (access(buf, R_OK) != 0) {
-        fprintf(stderr, "SKIP: default model %s not found; run scripts/fetch-default-model.sh\n", buf);
+        dsq_test_fixture_missing("default model %s not found; run scripts/fetch-default-model.sh", buf);
         return NULL;
     }
     return strdup(buf);

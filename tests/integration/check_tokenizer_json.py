@@ -12,11 +12,14 @@ files, see ../shared/tokenizer/README.md). Texts are encoded without special
 tokens, as those files were made. --text/--ids adds one more case.
 
 Prints "N passed, N failed" and exits 1 on any failure, 77 when the
-`tokenizers` package is missing (ctest's skip code).
+`tokenizers` package is missing (ctest's skip code; 1 instead under
+DSQ_TEST_REQUIRE_FIXTURES=1, see dsq_testlib.py).
 """
 import argparse
 import os
 import sys
+
+from dsq_testlib import skip
 
 SEPARATOR = "\n__ggml_vocab_test__\n"
 
@@ -47,8 +50,7 @@ def main():
     try:
         from tokenizers import Tokenizer
     except ImportError:
-        print("SKIP: the tokenizers package is not installed")
-        return 77
+        skip("the tokenizers package is not installed; scripts/install-deps.sh installs it")
     tok = Tokenizer.from_file(os.path.join(args.tokenizer_dir, "tokenizer.json"))
     cases = load_cases(args.inp, args.out)
     if len(args.text) != len(args.ids):

@@ -2,6 +2,12 @@
 default model, running dsquant, and skipping with exit status 77 (CTest's
 SKIP_RETURN_CODE).
 
+A skip for want of something the project's own scripts provide (the default
+model, ../shared data, a Python package of requirements.txt or llama-cpp-python,
+a program of this build) fails instead, with exit status 1, when
+DSQ_TEST_REQUIRE_FIXTURES=1 (.ci/run sets it): a green CI run then means the
+test ran. skip(msg, fixture=False) is for reasons no script can fix.
+
 Not a test itself (CMake runs tests/integration/test_*.py); the tests import
 it from their own folder, which Python puts first on sys.path.
 """
@@ -13,8 +19,15 @@ import sys
 SKIP = 77
 
 
-def skip(msg):
-    print(f"SKIP: {msg}")
+def require_fixtures():
+    return os.environ.get("DSQ_TEST_REQUIRE_FIXTURES") == "1"
+
+
+def skip(msg, fixture=True):
+    if fixture and require_fixtures():
+        print(f"FAIL: {msg} (DSQ_TEST_REQUIRE_FIXTURES=1: a missing fixture fails instead of skipping)", flush=True)
+        sys.exit(1)
+    print(f"SKIP: {msg}", flush=True)
     sys.exit(SKIP)
 
 
