@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/grow.h"
 #include "eval/chunks.h"
 #include "eval/kld_file.h"
 #include "kernels/cpu.h"
@@ -83,16 +84,14 @@ static void score_row(const float *logits, int64_t vocab, const uint8_t *base, i
 static dsq_status reserve(dsq_kld_acc *a, int n)
 {
     size_t need = (size_t)a->count + (size_t)n;
-    if (need > a->cap) {
-        size_t cap = a->cap ? a->cap : 1024;
-        while (cap < need) cap *= 2;
-        float *k = realloc(a->kld_values, cap * sizeof *k);
-        if (k) a->kld_values = k;
-        float *p = k ? realloc(a->p_diff_values, cap * sizeof *p) : NULL;
-        if (p) a->p_diff_values = p;
-        if (!k || !p) return dsq_fail(DSQ_ERR_NOMEM, "kld: out of memory for %zu positions", need);
-        a->cap = cap;
-    }
+    /* Two arrays, one capacity: each grows from the same count to the same size. */
+    size_t cap_k = a->cap, cap_p = a->cap;
+    float *k = dsq_grow(a->kld_values, &cap_k, need, sizeof *k);
+    if (k) a->kld_values = k;
+    float *p = k ? dsq_grow(a->p_diff_values, &cap_p, need, sizeof *p) : NULL;
+    if (p) a->p_diff_values = p;
+    if (!k || !p) return dsq_fail(DSQ_ERR_NOMEM, "kld: out of memory for %zu positions", need);
+    a->cap = cap_k;
     if ((size_t)n > a->tmp_cap) {
         row_stat *t = realloc(a->tmp, (size_t)n * sizeof *t);
         if (!t) return dsq_fail(DSQ_ERR_NOMEM, "kld: out of memory");
