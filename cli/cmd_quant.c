@@ -332,7 +332,6 @@ static dsq_status eval_result(const qargs *a, dsq_model *m, const dsq_tokenizer 
         return s;
     }
     DSQ_LOGW("the runtime cannot load %s (%s): evaluating the dequantized weights in memory", a->out, dsq_errmsg());
-    dsq_clear_error();
     r->eval_source = "in-memory dequantized weights";
     return eval_ppl(m, tok, a, &r->ppl_quant);
 }
