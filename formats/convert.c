@@ -670,9 +670,10 @@ static dsq_status write_generation_config(const dsq_outdir *d, const dsq_gguf *g
     int64_t eos = token_id(g, "tokenizer.ggml.eos_token_id", a->eos_token_id);
     cJSON *o = cJSON_CreateObject();
     if (!o) return dsq_fail(DSQ_ERR_NOMEM, "out of memory for generation_config.json");
-    if (bos >= 0) cJSON_AddNumberToObject(o, "bos_token_id", (double)bos);
-    if (eos >= 0) cJSON_AddNumberToObject(o, "eos_token_id", (double)eos);
-    char *text = cJSON_Print(o);
+    /* A dropped id would be a silently wrong file, not a smaller one. */
+    bool ok = (bos < 0 || cJSON_AddNumberToObject(o, "bos_token_id", (double)bos)) &&
+              (eos < 0 || cJSON_AddNumberToObject(o, "eos_token_id", (double)eos));
+    char *text = ok ? cJSON_Print(o) : NULL;
     cJSON_Delete(o);
     if (!text) return dsq_fail(DSQ_ERR_NOMEM, "out of memory for generation_config.json");
     dsq_status st = write_text_file(d, "generation_config.json", text);

@@ -425,14 +425,17 @@ static const dsq_st_entry *model_entry(const dsq_st_model *m, size_t i)
 static dsq_status model_add_file(st_model_impl *mi, dsq_st_file *f)
 {
     dsq_st_model *m = &mi->pub;
+    /* The message names f's path, so it is written before f is closed. */
     if (m->n_files >= UINT32_MAX || f->n_tensors > UINT32_MAX - m->n_tensors) {
+        dsq_status s = dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: too many tensors", f->map.path);
         dsq_st_close(f);
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: too many tensors", f->map.path);
+        return s;
     }
     dsq_st_file **files = realloc(m->files, (m->n_files + 1) * sizeof *files);
     if (!files) {
+        dsq_status s = nomem(f->map.path);
         dsq_st_close(f);
-        return nomem(f->map.path);
+        return s;
     }
     m->files = files;
     m->files[m->n_files] = f;
@@ -997,7 +1000,9 @@ static void build_header(const dsq_st_writer *w, uint32_t shard, st_sbuf *b)
         sb_puts(b, "]}");
     }
     sb_puts(b, "}");
-    while (b->len % 8) sb_puts(b, " ");
+    /* sb_put stops growing after a failed allocation: without the oom test
+     * this loop would never end. */
+    while (!b->oom && b->len % 8) sb_puts(b, " ");
 }
 
 static void build_index(const dsq_st_writer *w, uint64_t total, st_sbuf *b)

@@ -1,0 +1,377 @@
+/* Allocation-failure sweep (tests/helpers/failalloc.h): for each operation,
+ * allocation N fails, for N = 1, 2, ... until the operation completes without
+ * reaching N. Every N must end in DSQ_ERR_NOMEM with a message that says so,
+ * leave the output folder empty (no file, no ".<name>.tmp-*"), keep the open
+ * file descriptors as they were and, under ASan, leak nothing (LeakSanitizer
+ * is asked after every N, so a leak names its N).
+ *
+ * Operations, on a tiny two-layer Llama checkpoint built here: HF -> GGUF and
+ * GGUF -> HF conversion, the GGUF quantizer (Q4_K_M) from a GGUF and from the
+ * HF folder, and the tokenizer both ways. Operations with many allocations are
+ * swept with a stride after the first FULL_PREFIX numbers, so the whole test
+ * stays near a minute under ASan on two cores; DSQ_TEST_EXHAUSTIVE=1 sweeps
+ * every N. */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include "core/fileio.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "formats/convert.h"
+#include "formats/gguf.h"
+#include "formats/gguf_quantize.h"
+#include "formats/hf_config.h"
+#include "formats/hf_tokenizer.h"
+#include "formats/safetensors.h"
+#include "tests/helpers/failalloc.h"
+#include "tests/helpers/testutil.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#define HAVE_LSAN 1
+#else
+#define HAVE_LSAN 0
+#endif
+
+/* Every N up to here; above, about MAX_POINTS numbers spread evenly. */
+#define FULL_PREFIX 400
+#define MAX_POINTS 600
+
+#define DIM 256
+#define FFN 256
+#define LAYERS 2
+#define VOCAB 32
+
+static void expect_ok(dsq_status s)
+{
+    if (s != DSQ_OK) fail_msg("%s", dsq_errmsg());
+}
+
+/* ---------------------------------------------------------------- fixture */
+
+static const char TOKENIZER_JSON[] =
+    "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null,"
+    " \"added_tokens\": [{\"id\": 0, \"content\": \"<|endoftext|>\", \"single_word\": false, \"lstrip\": false,"
+    " \"rstrip\": false, \"normalized\": false, \"special\": true}],"
+    " \"normalizer\": null,"
+    " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true,"
+    " \"use_regex\": true},"
+    " \"post_processor\": null,"
+    " \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, \"use_regex\": true},"
+    " \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null, \"continuing_subword_prefix\": null,"
+    " \"end_of_word_suffix\": null, \"fuse_unk\": false, \"byte_fallback\": false,"
+    " \"vocab\": {\"<|endoftext|>\": 0, \"a\": 1, \"b\": 2, \"ab\": 3, \"\xc4\xa0\": 4, \"\xc4\xa0"
+    "ab\": 5},"
+    " \"merges\": [\"a b\", \"\xc4\xa0 ab\"]}}";
+
+static const char TOKENIZER_CONFIG_JSON[] =
+    "{\"add_bos_token\": false, \"bos_token\": \"<|endoftext|>\", \"eos_token\": \"<|endoftext|>\","
+    " \"tokenizer_class\": \"GPT2Tokenizer\"}";
+
+static void write_config(const char *dir)
+{
+    dsq_arch a;
+    memset(&a, 0, sizeof a);
+    a.family = DSQ_ARCH_LLAMA;
+    snprintf(a.hf_architecture, sizeof a.hf_architecture, "LlamaForCausalLM");
+    snprintf(a.model_type, sizeof a.model_type, "llama");
+    a.hidden_size = DIM, a.intermediate_size = FFN, a.n_layers = LAYERS, a.n_heads = 4, a.n_kv_heads = 2;
+    a.head_dim = DIM / 4, a.vocab_size = VOCAB, a.max_position_embeddings = 512, a.rms_norm_eps = 1e-5;
+    a.rope_theta = 10000, a.bos_token_id = 0, a.eos_token_id = 0;
+    snprintf(a.torch_dtype, sizeof a.torch_dtype, "float32");
+    char *json;
+    expect_ok(dsq_arch_to_hf_json(&a, &json));
+    free(dsq_test_write(dir, "config.json", json, strlen(json)));
+    free(json);
+}
+
+static void write_weights(const char *dir)
+{
+    static const struct {
+        const char *name;
+        int64_t d0, d1;
+    } per_layer[] = {{"input_layernorm.weight", DIM, 0},  {"post_attention_layernorm.weight", DIM, 0},
+                     {"self_attn.q_proj.weight", DIM, DIM}, {"self_attn.k_proj.weight", DIM / 2, DIM},
+                     {"self_attn.v_proj.weight", DIM / 2, DIM}, {"self_attn.o_proj.weight", DIM, DIM},
+                     {"mlp.gate_proj.weight", FFN, DIM},    {"mlp.up_proj.weight", FFN, DIM},
+                     {"mlp.down_proj.weight", DIM, FFN}};
+    dsq_st_writer *w;
+    expect_ok(dsq_st_writer_new(dir, "model", 1ull << 30, &w));
+    int64_t emb[2] = {VOCAB, DIM}, norm[1] = {DIM};
+    expect_ok(dsq_st_writer_add(w, "model.embed_tokens.weight", DSQ_TYPE_F32, 2, emb));
+    expect_ok(dsq_st_writer_add(w, "lm_head.weight", DSQ_TYPE_F32, 2, emb));
+    expect_ok(dsq_st_writer_add(w, "model.norm.weight", DSQ_TYPE_F32, 1, norm));
+    uint64_t total = 2ull * VOCAB * DIM + DIM;
+    for (int l = 0; l < LAYERS; l++)
+        for (size_t k = 0; k < sizeof per_layer / sizeof per_layer[0]; k++) {
+            char name[128];
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, per_layer[k].name);
+            int64_t sh[2] = {per_layer[k].d0, per_layer[k].d1};
+            expect_ok(dsq_st_writer_add(w, name, DSQ_TYPE_F32, per_layer[k].d1 ? 2 : 1, sh));
+            total += (uint64_t)per_layer[k].d0 * (uint64_t)(per_layer[k].d1 ? per_layer[k].d1 : 1);
+        }
+    expect_ok(dsq_st_writer_begin(w));
+    float *v = malloc(total * sizeof *v);
+    assert_non_null(v);
+    uint64_t seed = 11;
+    for (uint64_t i = 0; i < total; i++) v[i] = 0.1f * dsq_test_randn(&seed);
+    expect_ok(dsq_st_writer_write(w, v, total * sizeof *v));
+    free(v);
+    expect_ok(dsq_st_writer_finish(w));
+    dsq_st_writer_free(w);
+}
+
+typedef struct fixture {
+    char *root;
+    char hf[4096];      /* the HF checkpoint */
+    char gguf[4096];    /* its F32 GGUF */
+    dsq_gguf *gguf_open; /* the same, open (for the tokenizer export) */
+} fixture;
+
+static fixture g_fx;
+
+static int setup(void **state)
+{
+    (void)state;
+    g_fx.root = dsq_test_mkdtemp();
+    snprintf(g_fx.hf, sizeof g_fx.hf, "%s/hf", g_fx.root);
+    snprintf(g_fx.gguf, sizeof g_fx.gguf, "%s/model-f32.gguf", g_fx.root);
+    if (mkdir(g_fx.hf, 0755) != 0) return -1;
+    write_config(g_fx.hf);
+    free(dsq_test_write(g_fx.hf, "tokenizer.json", TOKENIZER_JSON, strlen(TOKENIZER_JSON)));
+    free(dsq_test_write(g_fx.hf, "tokenizer_config.json", TOKENIZER_CONFIG_JSON, strlen(TOKENIZER_CONFIG_JSON)));
+    write_weights(g_fx.hf);
+    if (dsq_convert_hf_to_gguf(g_fx.hf, g_fx.gguf, DSQ_CONVERT_F32, false) != DSQ_OK) {
+        fprintf(stderr, "fixture: %s\n", dsq_errmsg());
+        return -1;
+    }
+    if (dsq_gguf_open(g_fx.gguf, &g_fx.gguf_open) != DSQ_OK) return -1;
+    /* The tokenizer's "no .pre match" warning would repeat at every N. */
+    dsq_log_set_level(DSQ_LOG_ERROR);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    dsq_gguf_close(g_fx.gguf_open);
+    dsq_test_rmtmp(g_fx.root);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- operations */
+
+/* Each writes what it makes under out (an empty folder) and nowhere else. */
+typedef dsq_status (*op_fn)(const char *out);
+
+static dsq_status op_hf_to_gguf(const char *out)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.gguf", out);
+    return dsq_convert_hf_to_gguf(g_fx.hf, path, DSQ_CONVERT_F16, false);
+}
+
+static dsq_status op_gguf_to_hf(const char *out)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/hf", out);
+    /* Small shards: the index file and several shard writers take part. */
+    return dsq_convert_gguf_to_hf(g_fx.gguf, path, DSQ_CONVERT_BF16, false, 256 * 1024);
+}
+
+static dsq_status quantize(const char *in, const char *out, int threads)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model-q4_k_m.gguf", out);
+    dsq_gguf_quantize_options o = dsq_gguf_quantize_defaults(DSQ_FTYPE_Q4_K_M);
+    o.n_threads = threads; /* 1: the same allocation order at every N */
+    dsq_gguf_quantize_report *r = NULL;
+    dsq_status s = dsq_gguf_quantize(in, path, &o, &r);
+    if (s == DSQ_OK) assert_non_null(r);
+    else assert_null(r);
+    dsq_gguf_quantize_report_free(r);
+    return s;
+}
+
+static dsq_status op_quantize_gguf(const char *out) { return quantize(g_fx.gguf, out, 1); }
+static dsq_status op_quantize_hf(const char *out) { return quantize(g_fx.hf, out, 1); }
+/* Failures inside OpenMP workers must reach the caller's thread with their message. */
+static dsq_status op_quantize_threads(const char *out) { return quantize(g_fx.gguf, out, 2); }
+
+static dsq_status op_tokenizer_to_gguf(const char *out)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer.gguf", out);
+    dsq_gguf_writer *w = NULL;
+    dsq_status s = dsq_gguf_writer_new(&w);
+    if (s == DSQ_OK) s = dsq_gguf_set_str(w, "general.architecture", "llama");
+    if (s == DSQ_OK) s = dsq_tokenizer_hf_to_gguf(g_fx.hf, w);
+    if (s == DSQ_OK) s = dsq_gguf_writer_begin(w, path, false);
+    if (s == DSQ_OK) s = dsq_gguf_writer_finish(w);
+    dsq_gguf_writer_free(w);
+    return s;
+}
+
+/* The exporter fills a folder its caller owns; the caller here is the
+ * converter's way: a temporary output folder, committed or aborted. */
+static dsq_status op_tokenizer_to_hf(const char *out)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer", out);
+    dsq_outdir *d = NULL;
+    dsq_status s = dsq_outdir_open(path, false, &d);
+    if (s != DSQ_OK) return s;
+    s = dsq_tokenizer_gguf_to_hf(g_fx.gguf_open, dsq_outdir_tmp_path(d));
+    if (s == DSQ_OK) return dsq_outdir_commit(d);
+    dsq_outdir_abort(d);
+    return s;
+}
+
+/* ---------------------------------------------------------------- the sweep */
+
+static int count_fds(void)
+{
+    int n = dsq_test_count_entries("/proc/self/fd");
+    return n < 0 ? -1 : n;
+}
+
+/* Names of what is left in dir, for the failure message. */
+static void list_dir(const char *dir, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        size_t n = strlen(buf);
+        snprintf(buf + n, cap - n, "%s%s", n ? " " : "", e->d_name);
+    }
+    closedir(d);
+}
+
+/* Checks one failed run; returns the number of problems printed. */
+static int check_failure(const char *op, long n, dsq_status s, const char *out, int fds_before)
+{
+    int bad = 0;
+    const char *msg = dsq_errmsg();
+    if (s == DSQ_OK) {
+        printf("%s: N=%ld: the failed allocation was not reported (returned OK)\n", op, n);
+        bad++;
+    } else if (s != DSQ_ERR_NOMEM || !msg[0] || !strstr(msg, "memory")) {
+        printf("%s: N=%ld: status %s, message \"%s\" (wanted an out-of-memory status and message)\n", op, n,
+               dsq_status_name(s), msg);
+        bad++;
+    }
+    char left[2048];
+    list_dir(out, left, sizeof left);
+    if (left[0]) {
+        printf("%s: N=%ld: left in the output folder: %s\n", op, n, left);
+        bad++;
+    }
+    int fds = count_fds();
+    if (fds != fds_before) {
+        printf("%s: N=%ld: %d file descriptors open before, %d after\n", op, n, fds_before, fds);
+        bad++;
+    }
+#if HAVE_LSAN
+    if (__lsan_do_recoverable_leak_check()) {
+        printf("%s: N=%ld: leak (LeakSanitizer's report above)\n", op, n);
+        bad++;
+    }
+#endif
+    return bad;
+}
+
+/* One run with allocation n failing (0: none) in a fresh output folder. */
+static dsq_status run_once(op_fn fn, long n, char **out_dir, long *count)
+{
+    *out_dir = dsq_test_mkdtemp();
+    dsq_clear_error();
+    dsq_failalloc_arm(n);
+    dsq_status s = fn(*out_dir);
+    *count = dsq_failalloc_disarm();
+    return s;
+}
+
+/* Every N below FULL_PREFIX, then every stride-th, and always total + 1 (the
+ * run that should complete and end the sweep). */
+static long next_n(long n, long total, long stride)
+{
+    long step = n < FULL_PREFIX ? 1 : stride;
+    return n <= total && n + step > total ? total + 1 : n + step;
+}
+
+static void sweep(const char *op, op_fn fn)
+{
+    char *out;
+    long total;
+    dsq_status s = run_once(fn, 0, &out, &total);
+    dsq_test_rmtmp(out);
+    if (s != DSQ_OK) fail_msg("%s without injected failures: %s", op, dsq_errmsg());
+    assert_true(dsq_failalloc_active());
+    assert_true(total > 0);
+    bool exhaustive = getenv("DSQ_TEST_EXHAUSTIVE") != NULL;
+    long stride = exhaustive || total <= FULL_PREFIX + MAX_POINTS ? 1 : (total - FULL_PREFIX) / MAX_POINTS + 1;
+    long runs = 0, problems = 0;
+    /* DSQ_SWEEP_N=n: that N only (with DSQ_FAILALLOC_TRACE=1, to see where). */
+    long only = getenv("DSQ_SWEEP_N") ? atol(getenv("DSQ_SWEEP_N")) : 0;
+    for (long n = only > 0 ? only : 1;; n = next_n(n, total, stride)) {
+        int fds = count_fds();
+        long count;
+        s = run_once(fn, n, &out, &count);
+        runs++;
+        if (!dsq_failalloc_hit()) {
+            if (s != DSQ_OK) {
+                printf("%s: N=%ld: failed without an injected failure: %s\n", op, n, dsq_errmsg());
+                problems++;
+            }
+            dsq_test_rmtmp(out);
+            break;
+        }
+        problems += check_failure(op, n, s, out, fds);
+        dsq_test_rmtmp(out);
+        if (only > 0) break;
+        if (n > 4 * total + 1000) fail_msg("%s: the sweep does not end (N=%ld)", op, n);
+    }
+    printf("%s: %ld allocations, %ld runs (every N up to %d, then every %ld), %ld problems\n", op, total, runs,
+           FULL_PREFIX, stride, problems);
+    fflush(stdout);
+    assert_int_equal(problems, 0);
+}
+
+static void test_hf_to_gguf(void **state) { (void)state; sweep("convert hf->gguf", op_hf_to_gguf); }
+static void test_gguf_to_hf(void **state) { (void)state; sweep("convert gguf->hf", op_gguf_to_hf); }
+static void test_quantize_gguf(void **state) { (void)state; sweep("gguf quantize Q4_K_M (gguf in)", op_quantize_gguf); }
+static void test_quantize_hf(void **state) { (void)state; sweep("gguf quantize Q4_K_M (hf in)", op_quantize_hf); }
+static void test_quantize_threads(void **state)
+{
+    (void)state;
+    sweep("gguf quantize Q4_K_M (gguf in, 2 threads)", op_quantize_threads);
+}
+static void test_tokenizer_to_gguf(void **state) { (void)state; sweep("tokenizer hf->gguf", op_tokenizer_to_gguf); }
+static void test_tokenizer_to_hf(void **state) { (void)state; sweep("tokenizer gguf->hf", op_tokenizer_to_hf); }
+
+int main(void)
+{
+    /* fsync on tmpfs costs nothing; thousands of committed outputs add up elsewhere. */
+    struct stat st;
+    if (!getenv("TMPDIR") && stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode)) setenv("TMPDIR", "/dev/shm", 1);
+    /* DSQ_SWEEP_ONLY=test_quantize_hf (a cmocka name pattern) runs one sweep. */
+    if (getenv("DSQ_SWEEP_ONLY")) cmocka_set_test_filter(getenv("DSQ_SWEEP_ONLY"));
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tokenizer_to_gguf), cmocka_unit_test(test_tokenizer_to_hf),
+        cmocka_unit_test(test_hf_to_gguf),        cmocka_unit_test(test_gguf_to_hf),
+        cmocka_unit_test(test_quantize_gguf),     cmocka_unit_test(test_quantize_hf),
+        cmocka_unit_test(test_quantize_threads),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
