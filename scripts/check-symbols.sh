@@ -3,10 +3,12 @@
 # symbol). Usage: scripts/check-symbols.sh path/to/libdsquant.a
 set -euo pipefail
 lib="${1:?usage: check-symbols.sh LIBRARY}"
-# Defined global symbols only. ".gomp_critical_user_<name>" is the lock GCC
-# makes for "#pragma omp critical(<name>)"; ours are named dsq_* too.
+# Defined global symbols only. Compiler-made ones carry our name after their
+# own prefix, and it must be dsq_ too: ".gomp_critical_user_<name>" is the lock
+# of "#pragma omp critical(<name>)", "__odr_asan.<global>" ASan's ODR marker.
 bad=$(nm -g --defined-only "$lib" |
-    awk 'NF == 3 && $3 !~ /^dsq_/ && $3 !~ /^\.gomp_critical_user_dsq_/ { print $3 }' | sort -u)
+    awk 'NF == 3 { n = $3; sub(/^(\.gomp_critical_user_|__odr_asan\.)/, "", n); if (n !~ /^dsq_/) print $3 }' |
+    sort -u)
 if [ -n "$bad" ]; then
     printf '%s\n' "$bad" | sed "s|^|$lib: exported without the dsq_ prefix: |"
     exit 1
