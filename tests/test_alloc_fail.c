@@ -7,9 +7,8 @@
  *
  * Operations, on a tiny two-layer Llama checkpoint built here: HF -> GGUF and
  * GGUF -> HF conversion, the GGUF quantizer (Q4_K_M) from a GGUF and from the
- * HF folder, and the tokenizer both ways; one calibrated layer (GPTQ and AWQ,
- * max_layers 1) whose emitted linears are packed as AutoAWQ tensors and
- * written with config.json into an output folder, as the INT writer does. Operations with many allocations are
+ * HF folder, and the tokenizer both ways. (One calibrated layer through the
+ * INT writer follows once the driver's new API has landed.) Operations with many allocations are
  * swept with a stride after the first FULL_PREFIX numbers, so the whole test
  * stays near a minute under ASan on two cores; DSQ_TEST_EXHAUSTIVE=1 sweeps
  * every N. */
@@ -24,11 +23,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include <cjson/cJSON.h>
 #include <cmocka.h>
 
 #include "calibration/dataset.h"
-#include "calibration/sequential.h"
 #include "core/fileio.h"
 #include "core/log.h"
 #include "core/status.h"
@@ -37,10 +34,8 @@
 #include "formats/gguf_quantize.h"
 #include "formats/hf_config.h"
 #include "formats/hf_tokenizer.h"
-#include "formats/pack_awq.h"
 #include "formats/safetensors.h"
 #include "kernels/cpu.h"
-#include "runtime/model.h"
 #include "tests/helpers/failalloc.h"
 #include "tests/helpers/testutil.h"
 
@@ -261,105 +256,6 @@ static dsq_status op_tokenizer_to_hf(const char *out)
     return s;
 }
 
-/* The INT writer's library half for one layer: each quantized linear packed
- * as AutoAWQ's qweight/qzeros/scales, one safetensors file and a config.json
- * with the quantization_config, in a temporary folder committed at the end. */
-typedef struct int_writer {
-    const char *out;
-} int_writer;
-
-static dsq_status write_int_config(const dsq_outdir *d, int group)
-{
-    cJSON *qc = NULL;
-    DSQ_TRY(dsq_awq_config_json(group, NULL, 0, &qc));
-    cJSON *o = cJSON_CreateObject();
-    bool ok = o && cJSON_AddItemToObject(o, "quantization_config", qc);
-    if (!ok) cJSON_Delete(qc);
-    char *text = ok ? cJSON_Print(o) : NULL;
-    cJSON_Delete(o);
-    if (!text) return dsq_fail(DSQ_ERR_NOMEM, "out of memory for config.json");
-    char path[4200];
-    dsq_status s = dsq_outdir_file(d, "config.json", path, sizeof path);
-    dsq_outfile *f = NULL;
-    if (s == DSQ_OK) s = dsq_outfile_open(path, false, &f);
-    if (s == DSQ_OK) s = dsq_outfile_write(f, text, strlen(text));
-    free(text);
-    if (s == DSQ_OK) return dsq_outfile_commit(f);
-    dsq_outfile_abort(f);
-    return s;
-}
-
-static dsq_status write_packed(const dsq_outdir *d, const dsq_seq_layer_out *l, dsq_packed *pk)
-{
-    dsq_st_writer *w = NULL;
-    DSQ_TRY(dsq_st_writer_new(dsq_outdir_tmp_path(d), "model", 0, &w));
-    dsq_status s = DSQ_OK;
-    char name[160];
-    for (int id = 0; id < DSQ_LIN_COUNT && s == DSQ_OK; id++)
-        for (int k = 0; k < pk[id].n && s == DSQ_OK; k++) {
-            snprintf(name, sizeof name, "model.layers.%d.%s.%s", l->layer, dsq_linear_id_name((dsq_linear_id)id),
-                     pk[id].t[k].suffix);
-            s = dsq_st_writer_add(w, name, pk[id].t[k].type, pk[id].t[k].n_dims, pk[id].t[k].shape);
-        }
-    if (s == DSQ_OK) s = dsq_st_writer_begin(w);
-    for (int id = 0; id < DSQ_LIN_COUNT && s == DSQ_OK; id++)
-        for (int k = 0; k < pk[id].n && s == DSQ_OK; k++) s = dsq_st_writer_write(w, pk[id].t[k].data, pk[id].t[k].nbytes);
-    if (s == DSQ_OK) s = dsq_st_writer_finish(w);
-    dsq_st_writer_free(w);
-    return s;
-}
-
-static dsq_status emit_layer(void *user, const dsq_seq_layer_out *l)
-{
-    int_writer *iw = user;
-    char path[4200];
-    snprintf(path, sizeof path, "%s/int4-layer%d", iw->out, l->layer);
-    dsq_packed pk[DSQ_LIN_COUNT];
-    memset(pk, 0, sizeof pk);
-    dsq_status s = DSQ_OK;
-    for (int id = 0; id < DSQ_LIN_COUNT && s == DSQ_OK; id++)
-        if (l->q[id]) s = dsq_awq_pack(l->q[id], &pk[id]);
-    dsq_outdir *d = NULL;
-    if (s == DSQ_OK) s = dsq_outdir_open(path, false, &d);
-    if (s == DSQ_OK) s = write_packed(d, l, pk);
-    if (s == DSQ_OK) s = write_int_config(d, l->q[0] ? l->q[0]->group_size : 64);
-    if (s == DSQ_OK) s = dsq_outdir_commit(d);
-    else dsq_outdir_abort(d);
-    for (int id = 0; id < DSQ_LIN_COUNT; id++) dsq_packed_free(&pk[id]);
-    return s;
-}
-
-static dsq_status calibrated_layer(const char *out, dsq_qmethod method)
-{
-    /* The model is opened outside the count: the driver changes it, so every
-     * N gets a fresh one, and opening it is not the operation under test. */
-    dsq_model *m = NULL;
-    dsq_failalloc_pause(true);
-    dsq_status s = dsq_model_open(g_fx.hf_small, &m);
-    dsq_failalloc_pause(false);
-    if (s != DSQ_OK) fail_msg("model: %s", dsq_errmsg());
-    dsq_seq_opts o = dsq_seq_default_opts();
-    o.method = method;
-    o.q.group_size = 64;
-    o.threads = 1;
-    o.max_layers = 1;
-    /* A coarse AWQ search: the same code paths, a fraction of the time per N. */
-    o.awq.n_grid = 2;
-    o.awq.n_sample_token = 16;
-    int_writer iw = {out};
-    o.emit = emit_layer;
-    o.user = &iw;
-    dsq_seq_report r;
-    dsq_seq_keep *keep = NULL;
-    s = dsq_seq_quantize(m, &g_fx.calib, &o, &r, &keep);
-    dsq_model_close(m);
-    dsq_seq_keep_free(keep);
-    return s;
-}
-
-static dsq_status op_layer_gptq(const char *out) { return calibrated_layer(out, DSQ_QMETHOD_GPTQ); }
-static dsq_status op_layer_awq(const char *out) { return calibrated_layer(out, DSQ_QMETHOD_AWQ); }
-
 /* ---------------------------------------------------------------- the sweep */
 
 static int count_fds(void)
@@ -494,8 +390,6 @@ static void test_quantize_threads(void **state)
     (void)state;
     sweep("gguf quantize Q4_K_M (gguf in, 2 threads)", op_quantize_threads);
 }
-static void test_layer_gptq(void **state) { (void)state; sweep("GPTQ layer 0 + INT writer", op_layer_gptq); }
-static void test_layer_awq(void **state) { (void)state; sweep("AWQ layer 0 + INT writer", op_layer_awq); }
 static void test_tokenizer_to_gguf(void **state) { (void)state; sweep("tokenizer hf->gguf", op_tokenizer_to_gguf); }
 static void test_tokenizer_to_hf(void **state) { (void)state; sweep("tokenizer gguf->hf", op_tokenizer_to_hf); }
 
@@ -514,8 +408,7 @@ int main(void)
         cmocka_unit_test(test_tokenizer_to_gguf), cmocka_unit_test(test_tokenizer_to_hf),
         cmocka_unit_test(test_hf_to_gguf),        cmocka_unit_test(test_gguf_to_hf),
         cmocka_unit_test(test_quantize_gguf),     cmocka_unit_test(test_quantize_hf),
-        cmocka_unit_test(test_quantize_threads),  cmocka_unit_test(test_layer_gptq),
-        cmocka_unit_test(test_layer_awq),
+        cmocka_unit_test(test_quantize_threads),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
