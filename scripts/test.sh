@@ -5,11 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=$(nproc 2>/dev/null || echo 2)
 
+# The layer order first: a bad include fails in a second, before any setup or build.
+bash scripts/check-layers.sh
+
 bash scripts/install-deps.sh
 bash scripts/fetch-default-model.sh >/dev/null
-
-# The layer order first: a bad include fails in a second, before any build.
-bash scripts/check-layers.sh
 
 PY="${DSQ_CACHE:-$HOME/.cache/dsquant}/venv/bin/python"
 [ -x "$PY" ] || PY=python3

@@ -37,12 +37,13 @@ static atomic_long g_count;
 static atomic_long g_fail_at;
 static atomic_bool g_hit;
 static atomic_bool g_seen;
+static atomic_bool g_paused;
 
 /* Counts one allocation; true when it is the one to fail. */
 static bool inject(void)
 {
     atomic_store_explicit(&g_seen, true, memory_order_relaxed);
-    if (!atomic_load(&g_on)) return false;
+    if (!atomic_load(&g_on) || atomic_load(&g_paused)) return false;
     long n = atomic_fetch_add(&g_count, 1) + 1;
     if (n != atomic_load(&g_fail_at)) return false;
     atomic_store(&g_hit, true);
@@ -82,6 +83,8 @@ long dsq_failalloc_disarm(void)
     cJSON_InitHooks(NULL);
     return atomic_load(&g_count);
 }
+
+void dsq_failalloc_pause(bool paused) { atomic_store(&g_paused, paused); }
 
 bool dsq_failalloc_hit(void) { return atomic_load(&g_hit); }
 

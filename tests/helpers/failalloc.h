@@ -19,6 +19,9 @@
 void dsq_failalloc_arm(long n);
 /* Stops counting and failing; returns the allocations counted since arm. */
 long dsq_failalloc_disarm(void);
+/* While paused, allocations are neither counted nor failed (fixture work
+ * inside an operation, such as opening the model it then changes). */
+void dsq_failalloc_pause(bool paused);
 /* True once the armed failure has been handed out. */
 bool dsq_failalloc_hit(void);
 /* True when this program was linked with the --wrap options (the wrappers
