@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/fileio.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "datasets/registry.h"
 
@@ -68,8 +69,13 @@ static dsq_status jsonl_join(const char *path, char *raw, size_t len, char **tex
         bool blank = true;
         for (size_t k = i; k < e; k++) blank = blank && (raw[k] == ' ' || raw[k] == '\t' || raw[k] == '\r');
         if (!blank) {
-            cJSON *j = cJSON_ParseWithLength(raw + i, e - i);
+            dsq_status why = DSQ_OK;
+            cJSON *j = dsq_json_parse(raw + i, e - i, NULL, &why);
             const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "text");
+            if (!j && why == DSQ_ERR_NOMEM) {
+                free(out);
+                return dsq_fail(DSQ_ERR_NOMEM, "%s: line %zu: out of memory", path, line_no);
+            }
             if (!cJSON_IsString(t)) {
                 cJSON_Delete(j);
                 free(out);

@@ -60,6 +60,9 @@ dsq_status dsq_int_export(dsq_model *m, const dsq_calib_set *calib, const dsq_se
 {
     if (keep) *keep = NULL;
     dsq_seq_opts o = *o_in;
+    if (o.max_layers > 0 && o.max_layers < m->arch.n_layers)
+        return dsq_fail(DSQ_ERR_ARG, "export: an artifact holds every layer; max_layers %d of %lld is for in-memory runs",
+                        o.max_layers, (long long)m->arch.n_layers);
     dsq_int_source src;
     DSQ_TRY(make_source(m, &o, &src));
     dsq_int_writer *w = NULL;

@@ -8,6 +8,7 @@
 
 #include "core/dtype.h"
 #include "core/grow.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "formats/hf_names.h"
 #include "formats/hf_tokenizer.h"
@@ -327,7 +328,17 @@ static dsq_status gptq_config(const dsq_int_writer *w, cJSON **out)
     if (!w->n_skipped) return DSQ_OK;
     /* GPTQ configs have no standard skip list; transformers' quantizers read this key */
     cJSON *arr = cJSON_AddArrayToObject(*out, "modules_to_not_convert");
-    for (size_t i = 0; arr && i < w->n_skipped; i++) cJSON_AddItemToArray(arr, cJSON_CreateString(w->skipped[i]));
+    bool ok = arr != NULL;
+    for (size_t i = 0; ok && i < w->n_skipped; i++) {
+        cJSON *name = cJSON_CreateString(w->skipped[i]);
+        ok = name && cJSON_AddItemToArray(arr, name);
+        if (!ok) cJSON_Delete(name);
+    }
+    if (!ok) {
+        cJSON_Delete(*out);
+        *out = NULL;
+        return dsq_fail(DSQ_ERR_NOMEM, "config.json: out of memory for modules_to_not_convert");
+    }
     DSQ_LOGW("%zu linears left unquantized; GPTQ loaders may not honour modules_to_not_convert", w->n_skipped);
     return DSQ_OK;
 }
@@ -350,15 +361,20 @@ static dsq_status write_config(const dsq_outdir *d, const dsq_int_writer *w)
     arch.tie_word_embeddings = w->src->tied;
     char *json = NULL;
     DSQ_TRY(dsq_arch_to_hf_json(&arch, &json));
-    cJSON *o = cJSON_Parse(json), *qc = NULL;
+    dsq_status why = DSQ_OK;
+    cJSON *o = dsq_json_parse(json, strlen(json), NULL, &why), *qc = NULL;
     free(json);
-    if (!o) return dsq_fail(DSQ_ERR_INTERNAL, "config.json: could not re-read our own JSON");
+    if (!o)
+        return why == DSQ_ERR_NOMEM ? dsq_fail(DSQ_ERR_NOMEM, "config.json: out of memory")
+                                    : dsq_fail(DSQ_ERR_INTERNAL, "config.json: could not re-read our own JSON");
     dsq_status s = quant_config(w, &qc);
-    if (s == DSQ_OK) {
-        cJSON_AddItemToObject(o, "quantization_config", qc);
-        s = write_json(d, "config.json", o);
-        if (s == DSQ_OK && w->spec->format == DSQ_INT_FORMAT_GPTQ) s = write_json(d, "quantize_config.json", qc);
+    /* without its quantization_config the folder would load as a dense model: never write it so */
+    if (s == DSQ_OK && !cJSON_AddItemToObject(o, "quantization_config", qc)) {
+        cJSON_Delete(qc);
+        s = dsq_fail(DSQ_ERR_NOMEM, "config.json: out of memory for quantization_config");
     }
+    if (s == DSQ_OK) s = write_json(d, "config.json", o);
+    if (s == DSQ_OK && w->spec->format == DSQ_INT_FORMAT_GPTQ) s = write_json(d, "quantize_config.json", qc);
     cJSON_Delete(o);
     return s;
 }
@@ -385,10 +401,11 @@ static dsq_status copy_file(const dsq_outdir *d, const char *src_dir, const char
 static dsq_status write_generation_config(const dsq_outdir *d, const dsq_arch *a)
 {
     cJSON *g = cJSON_CreateObject();
-    if (!g) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
-    if (a->bos_token_id >= 0) cJSON_AddNumberToObject(g, "bos_token_id", (double)a->bos_token_id);
-    if (a->eos_token_id >= 0) cJSON_AddNumberToObject(g, "eos_token_id", (double)a->eos_token_id);
-    dsq_status s = write_json(d, "generation_config.json", g);
+    bool ok = g != NULL;
+    if (ok && a->bos_token_id >= 0) ok = cJSON_AddNumberToObject(g, "bos_token_id", (double)a->bos_token_id) != NULL;
+    if (ok && a->eos_token_id >= 0) ok = cJSON_AddNumberToObject(g, "eos_token_id", (double)a->eos_token_id) != NULL;
+    dsq_status s = ok ? write_json(d, "generation_config.json", g)
+                      : dsq_fail(DSQ_ERR_NOMEM, "generation_config.json: out of memory");
     cJSON_Delete(g);
     return s;
 }

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/fileio.h"
+#include "core/json.h"
 #include "formats/pack_awq.h"
 #include "formats/pack_ct.h"
 
@@ -196,9 +197,11 @@ dsq_status dsq_hfq_from_dir(const char *dir, dsq_hfq *out)
     char *text = NULL;
     size_t len = 0;
     DSQ_TRY(dsq_read_file(path, CONFIG_MAX_BYTES, &text, &len));
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    dsq_status why = DSQ_OK;
+    cJSON *root = dsq_json_parse(text, len, NULL, &why);
     free(text);
-    if (!root) return dsq_fail(DSQ_ERR_FORMAT, "%s: not valid JSON", path);
+    if (!root) return why == DSQ_ERR_NOMEM ? dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", path)
+                                           : dsq_fail(DSQ_ERR_FORMAT, "%s: not valid JSON", path);
     const cJSON *qc = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
     dsq_status s = DSQ_OK;
     if (qc && !cJSON_IsNull(qc))

@@ -26,6 +26,8 @@
 #include <cmocka.h>
 
 #include "calibration/dataset.h"
+#include "calibration/int_export.h"
+#include "calibration/method.h"
 #include "core/fileio.h"
 #include "core/log.h"
 #include "core/status.h"
@@ -36,6 +38,7 @@
 #include "formats/hf_tokenizer.h"
 #include "formats/safetensors.h"
 #include "kernels/cpu.h"
+#include "runtime/model.h"
 #include "tests/helpers/failalloc.h"
 #include "tests/helpers/testutil.h"
 
@@ -256,6 +259,43 @@ static dsq_status op_tokenizer_to_hf(const char *out)
     return s;
 }
 
+/* The tiny model calibrated layer by layer and streamed by the INT writer
+ * into a folder committed at the end (dsq_int_export). */
+static dsq_status int_export(const char *out, const dsq_method *method, dsq_int_format format)
+{
+    /* Opened outside the count: the driver changes the model, so every N
+     * gets a fresh one, and opening it is not the operation under test. */
+    dsq_model *m = NULL;
+    dsq_failalloc_pause(true);
+    dsq_status s = dsq_model_open(g_fx.hf_small, &m);
+    dsq_failalloc_pause(false);
+    if (s != DSQ_OK) fail_msg("model: %s", dsq_errmsg());
+    dsq_seq_opts o = dsq_seq_default_opts();
+    o.method = method;
+    o.q.group_size = 64;
+    o.threads = 1;
+    o.max_layers = 0; /* the writer wants every layer; the tiny model has two */
+    /* A coarse AWQ search: the same code paths, a fraction of the time per N. */
+    o.awq.n_grid = 2;
+    o.awq.n_sample_token = 16;
+    dsq_int_spec spec = {.format = format, .bits = o.q.bits, .group = o.q.group_size, .sym = o.q.sym, .damp = o.damp};
+    char path[4200];
+    snprintf(path, sizeof path, "%s/int4", out);
+    dsq_outdir *d = NULL;
+    s = dsq_outdir_open(path, false, &d);
+    dsq_seq_report r;
+    dsq_seq_keep *keep = NULL;
+    if (s == DSQ_OK) s = dsq_int_export(m, &g_fx.calib, &o, &spec, d, &r, &keep);
+    if (s == DSQ_OK) s = dsq_outdir_commit(d);
+    else dsq_outdir_abort(d);
+    dsq_model_close(m);
+    dsq_seq_keep_free(keep);
+    return s;
+}
+
+static dsq_status op_gptq_export(const char *out) { return int_export(out, &dsq_method_gptq, DSQ_INT_FORMAT_GPTQ); }
+static dsq_status op_awq_export(const char *out) { return int_export(out, &dsq_method_awq, DSQ_INT_FORMAT_AWQ); }
+
 /* ---------------------------------------------------------------- the sweep */
 
 static int count_fds(void)
@@ -390,6 +430,8 @@ static void test_quantize_threads(void **state)
     (void)state;
     sweep("gguf quantize Q4_K_M (gguf in, 2 threads)", op_quantize_threads);
 }
+static void test_gptq_export(void **state) { (void)state; sweep("GPTQ layer 0 -> INT writer (gptq)", op_gptq_export); }
+static void test_awq_export(void **state) { (void)state; sweep("AWQ layer 0 -> INT writer (awq)", op_awq_export); }
 static void test_tokenizer_to_gguf(void **state) { (void)state; sweep("tokenizer hf->gguf", op_tokenizer_to_gguf); }
 static void test_tokenizer_to_hf(void **state) { (void)state; sweep("tokenizer gguf->hf", op_tokenizer_to_hf); }
 
@@ -408,7 +450,8 @@ int main(void)
         cmocka_unit_test(test_tokenizer_to_gguf), cmocka_unit_test(test_tokenizer_to_hf),
         cmocka_unit_test(test_hf_to_gguf),        cmocka_unit_test(test_gguf_to_hf),
         cmocka_unit_test(test_quantize_gguf),     cmocka_unit_test(test_quantize_hf),
-        cmocka_unit_test(test_quantize_threads),
+        cmocka_unit_test(test_quantize_threads),  cmocka_unit_test(test_gptq_export),
+        cmocka_unit_test(test_awq_export),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
