@@ -1692,7 +1692,10 @@ fail:
 static cJSON *j_model(const gvocab *v)
 {
     dsq_strmap seen = {0};
-    if (dsq_strmap_reserve(&seen, (size_t)v->n) != DSQ_OK) return NULL;
+    if (dsq_strmap_reserve(&seen, (size_t)v->n) != DSQ_OK) {
+        dsq_strmap_free(&seen); /* a failed reserve may have grown the entries already */
+        return NULL;
+    }
     cJSON *o = j_typed("BPE");
     bool llama = v->kind == KIND_LLAMA;
     const char *unk = llama && v->id[SP_UNK] >= 0 ? v->tok[v->id[SP_UNK]].ptr : NULL;
