@@ -8,13 +8,14 @@
  *   layer, emit every layer once with codes that dequantize to exactly the
  *   weights left in the model; AWQ's chosen scales never lose to ratio 0;
  *   GPTQ's logits on the calibration tokens are closer to the float model's
- *   than RTN's; the kept model's linears are the dequantized weights; the peak
- *   RSS reported is bounded.
+ *   than RTN's (three calibration seeds); the kept model's linears are the
+ *   dequantized weights; the peak RSS reported is bounded.
  * - a group that divides no width: one error naming the layers and the valid
  *   sizes, or (skip) those linears reported unquantized.
- * - SmolLM2-135M (skipped when absent), 4 bits group 64, first layers only
- *   to stay fast: WikiText-2 perplexity (hf protocol) of AWQ and GPTQ below
- *   RTN's; and `dsquant rtn` writes a GPTQ folder the runtime reads back. */
+ * - SmolLM2-135M (skipped when absent), every layer at 4 and 3 bits, group
+ *   64, three calibration seeds: perplexity (hf protocol) of AWQ below RTN's
+ *   on WikiText-2 and on held-out tinyshakespeare, GPTQ's below RTN's on the
+ *   latter; and `dsquant rtn` writes a GPTQ folder the runtime reads back. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -187,12 +188,12 @@ static char *tiny_model(const char *dir)
     return path;
 }
 
-static dsq_calib_set tiny_calib(int n, int len)
+static dsq_calib_set tiny_calib(int n, int len, uint64_t sample_seed)
 {
     int32_t ids[4000];
     uint64_t seed = 5;
     for (int i = 0; i < 4000; i++) ids[i] = (int32_t)(dsq_test_rand(&seed) % T_VOCAB);
-    dsq_calib_opts o = {NULL, n, len, 1};
+    dsq_calib_opts o = {NULL, n, len, sample_seed};
     dsq_calib_set c;
     expect_ok(dsq_calib_sample(ids, 4000, &o, &c));
     return c;
@@ -282,7 +283,7 @@ static void test_driver_tiny(void **state)
     (void)state;
     char *dir = dsq_test_mkdtemp();
     char *path = tiny_model(dir);
-    dsq_calib_set c = tiny_calib(8, 48);
+    dsq_calib_set c = tiny_calib(8, 48, 1);
     dsq_model *m;
     float *ref;
     expect_ok(dsq_model_open(path, &m));
@@ -297,6 +298,20 @@ static void test_driver_tiny(void **state)
     assert_true(r_awq.awq_loss_best <= r_awq.awq_loss_r0);
     assert_true(e_gptq < e_rtn);
     assert_true(r_gptq.gptq_loss > 0);
+    /* Two more calibration draws: GPTQ's lead on its own windows is no luck of one. */
+    for (uint64_t seed = 2; seed <= 3; seed++) {
+        dsq_calib_set c2 = tiny_calib(8, 48, seed);
+        float *ref2;
+        expect_ok(dsq_model_open(path, &m));
+        logit_mse(m, &c2, NULL, &ref2);
+        dsq_model_close(m);
+        double er = run_method(path, &dsq_method_rtn, 3, &c2, ref2, &r_rtn);
+        double eg = run_method(path, &dsq_method_gptq, 3, &c2, ref2, &r_gptq);
+        print_message("calibration seed %d: logit MSE rtn %.5g gptq %.5g\n", (int)seed, er, eg);
+        if (!(eg < er)) fail_msg("calibration seed %d: GPTQ logit MSE %g not below RTN's %g", (int)seed, eg, er);
+        free(ref2);
+        dsq_calib_free(&c2);
+    }
     free(ref);
     dsq_calib_free(&c);
     free(path);
@@ -389,13 +404,22 @@ static void smol_ppl(const char *model, const dsq_method *method, int bits, cons
     dsq_seq_keep_free(keep);
 }
 
-/* The whole SmolLM2-135M at 4 and 3 bits, groups of 64, calibrated on the
- * first 70% of tinyshakespeare. Two evaluations: WikiText-2 (another domain)
- * and the held-out last 30% of tinyshakespeare (the calibration's domain).
- * AWQ and GPTQ beat RTN on both (measured: 4-bit WikiText base 37.9, RTN
- * 51.3, AWQ 45.7, GPTQ 48.8; 3-bit RTN 129.2, AWQ 80.3, GPTQ 121.3). GPTQ's
- * margin on WikiText is the thin one: it fits the calibration domain
- * (docs/algorithms.md), and with fewer windows it loses there. */
+/* The whole SmolLM2-135M at 4 and 3 bits, groups of 64, calibrated on 24
+ * windows of the first 70% of tinyshakespeare. Two evaluations: WikiText-2
+ * (another domain) and the held-out last 30% of tinyshakespeare (the
+ * calibration's domain). Measured over seeds 0, 1, 2 (base 37.9 WikiText,
+ * 67.1 held-out): 4-bit RTN 51.3 / 84.2, AWQ 44.7-46.4 / 76.2-79.4, GPTQ
+ * 48.8-50.1 / 74.4-78.8; 3-bit RTN 129.2 / 172.4, AWQ 76.3-85.1 / 108.8-112.3,
+ * GPTQ 121.3-130.5 / 111.3-121.4.
+ *
+ * Asserted for each of SMOL_SEEDS calibration seeds (other windows), so that
+ * no single lucky draw carries it: RTN above the base; AWQ below RTN on both
+ * evaluations; GPTQ below RTN on the calibration's domain. GPTQ against RTN on
+ * WikiText is printed, not asserted: GPTQ fits the calibration domain
+ * (docs/algorithms.md) and on another one its margin is thin enough that a
+ * draw loses it (3-bit, seed 2: 130.5 against RTN's 129.2), so it is no
+ * property of the method. About 20 CPU minutes (its TIMEOUT in CMakeLists.txt). */
+#define SMOL_SEEDS 3
 static void test_smollm_awq_gptq_beat_rtn(void **state)
 {
     (void)state;
@@ -404,7 +428,7 @@ static void test_smollm_awq_gptq_beat_rtn(void **state)
     if (!model || !shared) {
         free(model);
         free(shared);
-        skip();
+        DSQ_TEST_SKIP();
     }
     setenv("DSQ_SHARED_DIR", DSQ_SHARED_DIR, 0);
     dsq_tokenizer *tok;
@@ -421,29 +445,45 @@ static void test_smollm_awq_gptq_beat_rtn(void **state)
     prefix_tokens(tok, text, len, 9000, &wiki);
     free(text);
     const dsq_tokens *ev[2] = {&wiki, &held};
-    dsq_calib_opts co = {NULL, UNDER_SANITIZER ? 2 : 24, 256, 0};
-    dsq_calib_set c;
-    expect_ok(dsq_calib_sample(cal.ids, (int64_t)cal.n, &co, &c));
-    double base[2], rtn[2], awq[2], gptq[2];
-    smol_ppl(model, NULL, 4, &c, ev, base);
-    for (int bits = 4; bits >= 3; bits--) {
-        smol_ppl(model, &dsq_method_rtn, bits, &c, ev, rtn);
-        smol_ppl(model, &dsq_method_awq, bits, &c, ev, awq);
-        smol_ppl(model, &dsq_method_gptq, bits, &c, ev, gptq);
-        for (int k = 0; k < 2; k++) {
-            print_message("SmolLM2-135M, every layer %d-bit g64, ppl on %s (6 x 256): base %.3f rtn %.3f awq %.3f "
-                          "gptq %.3f\n",
-                          bits, k ? "held-out tinyshakespeare" : "WikiText-2", base[k], rtn[k], awq[k], gptq[k]);
-            assert_true(isfinite(rtn[k]) && isfinite(awq[k]) && isfinite(gptq[k]));
-        }
-        if (UNDER_SANITIZER) break;
-        for (int k = 0; k < 2; k++) {
-            assert_true(rtn[k] > base[k]);
-            assert_true(awq[k] < rtn[k]);
-            assert_true(gptq[k] < rtn[k]);
+    const char *const ev_name[2] = {"WikiText-2", "held-out tinyshakespeare"};
+    const int n_seeds = UNDER_SANITIZER ? 1 : SMOL_SEEDS, n_bits = UNDER_SANITIZER ? 1 : 2;
+    dsq_calib_set c[SMOL_SEEDS];
+    for (int s = 0; s < n_seeds; s++) {
+        dsq_calib_opts co = {NULL, UNDER_SANITIZER ? 2 : 24, 256, (uint64_t)s};
+        expect_ok(dsq_calib_sample(cal.ids, (int64_t)cal.n, &co, &c[s]));
+    }
+    /* [bits 4, 3][evaluation]; awq and gptq per seed too. RTN needs no calibration. */
+    double base[2], rtn[2][2], awq[SMOL_SEEDS][2][2], gptq[SMOL_SEEDS][2][2];
+    smol_ppl(model, NULL, 4, &c[0], ev, base);
+    for (int b = 0; b < n_bits; b++) {
+        smol_ppl(model, &dsq_method_rtn, 4 - b, &c[0], ev, rtn[b]);
+        for (int s = 0; s < n_seeds; s++) {
+            smol_ppl(model, &dsq_method_awq, 4 - b, &c[s], ev, awq[s][b]);
+            smol_ppl(model, &dsq_method_gptq, 4 - b, &c[s], ev, gptq[s][b]);
         }
     }
-    dsq_calib_free(&c);
+    /* The whole table first, then the checks: a failure shows every figure. */
+    for (int b = 0; b < n_bits; b++)
+        for (int k = 0; k < 2; k++)
+            for (int s = 0; s < n_seeds; s++)
+                print_message("SmolLM2-135M, every layer %d-bit g64, ppl on %s (6 x 256), calibration seed %d: base %.3f "
+                              "rtn %.3f awq %.3f gptq %.3f\n",
+                              4 - b, ev_name[k], s, base[k], rtn[b][k], awq[s][b][k], gptq[s][b][k]);
+    for (int b = 0; b < n_bits; b++)
+        for (int k = 0; k < 2; k++)
+            for (int s = 0; s < n_seeds; s++) {
+                assert_true(isfinite(rtn[b][k]) && isfinite(awq[s][b][k]) && isfinite(gptq[s][b][k]));
+                if (UNDER_SANITIZER) continue; /* one layer, two windows: memory only */
+                if (!(rtn[b][k] > base[k]))
+                    fail_msg("%d-bit RTN %.3f not above the base %.3f on %s", 4 - b, rtn[b][k], base[k], ev_name[k]);
+                if (!(awq[s][b][k] < rtn[b][k]))
+                    fail_msg("%d-bit AWQ %.3f not below RTN %.3f on %s, seed %d", 4 - b, awq[s][b][k], rtn[b][k],
+                             ev_name[k], s);
+                if (k == 1 && !(gptq[s][b][k] < rtn[b][k]))
+                    fail_msg("%d-bit GPTQ %.3f not below RTN %.3f on %s, seed %d", 4 - b, gptq[s][b][k], rtn[b][k],
+                             ev_name[k], s);
+            }
+    for (int s = 0; s < n_seeds; s++) dsq_calib_free(&c[s]);
     dsq_tokens_free(&cal);
     dsq_tokens_free(&held);
     dsq_tokens_free(&wiki);
@@ -457,7 +497,7 @@ static void test_cli_rtn(void **state)
 {
     (void)state;
     char *model = dsq_test_default_model();
-    if (!model) skip();
+    if (!model) DSQ_TEST_SKIP();
     char *dir = dsq_test_mkdtemp();
     char cmd[8192], err[4096];
     snprintf(cmd, sizeof cmd, "%s rtn %s -o %s/out -q", DSQ_BINARY, model, dir);
@@ -529,5 +569,5 @@ int main(void)
         cmocka_unit_test(test_driver_tiny),  cmocka_unit_test(test_group_errors),
         cmocka_unit_test(test_cli_rtn),      cmocka_unit_test(test_smollm_awq_gptq_beat_rtn),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }
