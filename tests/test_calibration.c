@@ -412,13 +412,15 @@ static void smol_ppl(const char *model, const dsq_method *method, int bits, cons
  * 48.8-50.1 / 74.4-78.8; 3-bit RTN 129.2 / 172.4, AWQ 76.3-85.1 / 108.8-112.3,
  * GPTQ 121.3-130.5 / 111.3-121.4.
  *
- * Asserted for each of SMOL_SEEDS calibration seeds (other windows), so that
- * no single lucky draw carries it: RTN above the base; AWQ below RTN on both
+ * Asserted for each of SMOL_SEEDS calibration seeds (other windows) at 4 bits,
+ * so that no single lucky draw carries it, and for seed 0 at 3 bits (whose
+ * margins are wider at every seed measured above; the CI time budget pays for
+ * three seeds at one width): RTN above the base; AWQ below RTN on both
  * evaluations; GPTQ below RTN on the calibration's domain. GPTQ against RTN on
  * WikiText is printed, not asserted: GPTQ fits the calibration domain
  * (docs/algorithms.md) and on another one its margin is thin enough that a
  * draw loses it (3-bit, seed 2: 130.5 against RTN's 129.2), so it is no
- * property of the method. About 20 CPU minutes (its TIMEOUT in CMakeLists.txt). */
+ * property of the method. About 13 CPU minutes (its TIMEOUT in CMakeLists.txt). */
 #define SMOL_SEEDS 3
 static void test_smollm_awq_gptq_beat_rtn(void **state)
 {
@@ -447,6 +449,7 @@ static void test_smollm_awq_gptq_beat_rtn(void **state)
     const dsq_tokens *ev[2] = {&wiki, &held};
     const char *const ev_name[2] = {"WikiText-2", "held-out tinyshakespeare"};
     const int n_seeds = UNDER_SANITIZER ? 1 : SMOL_SEEDS, n_bits = UNDER_SANITIZER ? 1 : 2;
+    const int seeds_at[2] = {n_seeds, 1}; /* 4 bits: every seed; 3 bits: seed 0 */
     dsq_calib_set c[SMOL_SEEDS];
     for (int s = 0; s < n_seeds; s++) {
         dsq_calib_opts co = {NULL, UNDER_SANITIZER ? 2 : 24, 256, (uint64_t)s};
@@ -457,7 +460,7 @@ static void test_smollm_awq_gptq_beat_rtn(void **state)
     smol_ppl(model, NULL, 4, &c[0], ev, base);
     for (int b = 0; b < n_bits; b++) {
         smol_ppl(model, &dsq_method_rtn, 4 - b, &c[0], ev, rtn[b]);
-        for (int s = 0; s < n_seeds; s++) {
+        for (int s = 0; s < seeds_at[b]; s++) {
             smol_ppl(model, &dsq_method_awq, 4 - b, &c[s], ev, awq[s][b]);
             smol_ppl(model, &dsq_method_gptq, 4 - b, &c[s], ev, gptq[s][b]);
         }
@@ -465,13 +468,13 @@ static void test_smollm_awq_gptq_beat_rtn(void **state)
     /* The whole table first, then the checks: a failure shows every figure. */
     for (int b = 0; b < n_bits; b++)
         for (int k = 0; k < 2; k++)
-            for (int s = 0; s < n_seeds; s++)
+            for (int s = 0; s < seeds_at[b]; s++)
                 print_message("SmolLM2-135M, every layer %d-bit g64, ppl on %s (6 x 256), calibration seed %d: base %.3f "
                               "rtn %.3f awq %.3f gptq %.3f\n",
                               4 - b, ev_name[k], s, base[k], rtn[b][k], awq[s][b][k], gptq[s][b][k]);
     for (int b = 0; b < n_bits; b++)
         for (int k = 0; k < 2; k++)
-            for (int s = 0; s < n_seeds; s++) {
+            for (int s = 0; s < seeds_at[b]; s++) {
                 assert_true(isfinite(rtn[b][k]) && isfinite(awq[s][b][k]) && isfinite(gptq[s][b][k]));
                 if (UNDER_SANITIZER) continue; /* one layer, two windows: memory only */
                 if (!(rtn[b][k] > base[k]))
