@@ -68,11 +68,11 @@ done
 # A number of a step's JSON: a plain field ("ppl": 12.3) or a value with an
 # error bar ("kld": {"value": ..., "error": ...}).
 num() {
-  local f="$OUT/$1.json"
-  if grep -q "\"$2\": {" "$f"; then
-    grep -A2 "\"$2\": {" "$f" | grep -o '"value": *[-0-9.e+]*' | head -n 1 | sed 's/.*: *//'
+  local f="$OUT/$1.json" sp='[[:space:]]*'
+  if grep -q "\"$2\":$sp{" "$f"; then
+    grep -A2 "\"$2\":$sp{" "$f" | grep -o "\"value\":$sp[-0-9.e+]*" | head -n 1 | sed 's/.*:[[:space:]]*//'
   else
-    grep -o "\"$2\": *[-0-9.e+]*" "$f" | head -n 1 | sed 's/.*: *//'
+    grep -o "\"$2\":$sp[-0-9.e+]*" "$f" | head -n 1 | sed 's/.*:[[:space:]]*//'
   fi
 }
 secs() { awk -v n="$1" '$1 == n { printf "%.1f", $2 }' "$OUT/times"; }
