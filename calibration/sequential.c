@@ -1,12 +1,10 @@
 /* Layer-by-layer RTN / AWQ / GPTQ driver (calibration/sequential.h). */
 #include "calibration/sequential.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 
 #include "calibration/seq_internal.h"
 #include "core/clock.h"

@@ -63,9 +63,7 @@ static void check_desc(const dsq_block_desc *d)
         if (gr->tail) /* the half's last group */
             for (int h = g + 1; h < d->n_groups; h++) assert_true(d->groups[h].half != gr->half);
         /* members share the input width */
-        dsq_arch a = arch_of(DSQ_ARCH_LLAMA);
         for (int k = 1; k < n; k++) assert_int_equal(d->linears[ids[k]].in, d->linears[ids[0]].in);
-        (void)a;
     }
     for (int h = 0; h < d->n_halves; h++) {
         int tails = 0;
