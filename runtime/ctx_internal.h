@@ -18,6 +18,9 @@ struct dsq_ctx {
     /* the residual stream of dsq_forward for up to cap rows */
     int cap;
     float *h;
+    /* the final norm's output, for up to hcap rows (the head runs every decode step) */
+    int hcap;
+    float *hn;
     dsq_linear_hook_fn on_linear;
     dsq_layer_hook_fn on_layer;
     void *user;

@@ -71,6 +71,7 @@ void dsq_ctx_free(dsq_ctx *c)
     if (!c) return;
     if (c->state) c->impl->state_free(c, c->state);
     c->be->free(c->h);
+    c->be->free(c->hn);
     dsq_rope_free(&c->rope);
     free(c);
 }
@@ -150,11 +151,15 @@ dsq_status dsq_forward_embed(dsq_ctx *c, const int32_t *tokens, int n, float *hi
 dsq_status dsq_forward_head(dsq_ctx *c, const float *hidden, int n, float *logits)
 {
     const dsq_model *m = c->m;
-    float *xn = c->be->alloc((size_t)n * (size_t)m->dim);
-    if (!xn) return dsq_fail(DSQ_ERR_NOMEM, "output head: out of memory for %d rows", n);
-    c->be->rmsnorm(&c->ex, hidden, m->output_norm, xn, n, m->dim, (float)m->arch.rms_norm_eps);
-    dsq_status s = c->be->matmul(&c->ex, &m->output, xn, logits, n);
-    c->be->free(xn);
+    if (n > c->hcap) {
+        c->be->free(c->hn);
+        c->hcap = 0;
+        if (!(c->hn = c->be->alloc((size_t)n * (size_t)m->dim)))
+            return dsq_fail(DSQ_ERR_NOMEM, "output head: out of memory for %d rows", n);
+        c->hcap = n;
+    }
+    c->be->rmsnorm(&c->ex, hidden, m->output_norm, c->hn, n, m->dim, (float)m->arch.rms_norm_eps);
+    dsq_status s = c->be->matmul(&c->ex, &m->output, c->hn, logits, n);
     if (s != DSQ_OK) return dsq_fail_context(s, "output head");
     return DSQ_OK;
 }
