@@ -85,7 +85,7 @@ static int parse_value_opt(int argc, char **argv, int *i, qargs *a)
         if (opt[1] == 'o' || opt[2] == 'o') a->out = val;
         else a->calib = val;
     } else if (!strcmp(opt, "--format")) {
-        if ((a->fmt = parse_format(val)) < 0)
+        if ((a->fmt = parse_format(val)) < 0 || a->fmt > DSQ_INT_FORMAT_CT)
             return fprintf(stderr, "dsquant: error: --format takes awq, gptq or compressed-tensors\n"), 2;
     } else if (!strcmp(opt, "--compute")) {
         a->compute = !val ? -2 : !strcmp(val, "auto") ? -1 : !strcmp(val, "f32") ? 0 : !strcmp(val, "bf16") ? 1 : -2;
@@ -260,8 +260,13 @@ static dsq_status quantize_into(const qargs *a, dsq_model *m, const dsq_tokenize
         DSQ_TRY(dsq_calib_load(&co, tok, &res->calib));
         DSQ_LOGI("calibration: %d x %d tokens from %s", res->calib.n_samples, res->calib.seqlen, res->calib.path);
     }
-    dsq_int_spec spec = {(dsq_int_format)a->fmt, a->bits, a->group, a->sym != 0, a->act_order, a->static_groups,
-                         a->damp};
+    dsq_int_spec spec = {.format = (dsq_int_format)a->fmt,
+                         .bits = a->bits,
+                         .group = a->group,
+                         .sym = a->sym != 0,
+                         .act_order = a->act_order,
+                         .static_groups = a->static_groups,
+                         .damp = a->damp};
     return dsq_int_export(m, data ? &res->calib : NULL, &o, &spec, d, &res->rep, keep);
 }
 

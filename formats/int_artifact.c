@@ -2,7 +2,7 @@
 
 #include <string.h>
 
-static const char *const g_names[] = {"awq", "gptq", "compressed-tensors"};
+static const char *const g_names[] = {"awq", "gptq", "compressed-tensors", "fp8", "modelopt"};
 
 const char *dsq_int_format_name(dsq_int_format f)
 {

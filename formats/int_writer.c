@@ -53,6 +53,8 @@ static dsq_status pack_shape(const dsq_int_writer *w, const dsq_intq_shape *sh, 
     case DSQ_INT_FORMAT_AWQ: return dsq_awq_pack_shape(sh, out);
     case DSQ_INT_FORMAT_CT: return dsq_ct_pack_shape(sh, DSQ_TYPE_F16, out);
     case DSQ_INT_FORMAT_GPTQ: return dsq_gptq_pack_shape(sh, DSQ_GPTQ_FORMAT_V1, DSQ_TYPE_F16, out);
+    case DSQ_INT_FORMAT_FP8:
+    case DSQ_INT_FORMAT_MODELOPT: break; /* 8-bit only (not yet written) */
     }
     return dsq_fail(DSQ_ERR_ARG, "int writer: unknown format %d", (int)w->spec->format);
 }
@@ -218,6 +220,10 @@ static dsq_status pack_one(dsq_int_writer *w, const dsq_intq *q, dsq_packed *out
     case DSQ_INT_FORMAT_AWQ: s = dsq_awq_pack(q, out); break;
     case DSQ_INT_FORMAT_CT: s = dsq_ct_pack(q, DSQ_TYPE_F16, out); break;
     case DSQ_INT_FORMAT_GPTQ: s = dsq_gptq_pack(q, DSQ_GPTQ_FORMAT_V1, DSQ_TYPE_F16, out, &wrapped); break;
+    case DSQ_INT_FORMAT_FP8:
+    case DSQ_INT_FORMAT_MODELOPT:
+        s = dsq_fail(DSQ_ERR_UNSUPPORTED, "int writer: %s stores 8-bit schemes only", dsq_int_format_name(w->spec->format));
+        break;
     }
     w->n_wrapped += wrapped;
     return s;
@@ -350,6 +356,8 @@ static dsq_status quant_config(const dsq_int_writer *w, cJSON **out)
         return dsq_awq_config_json(w->spec->group, (const char *const *)w->skipped, w->n_skipped, out);
     case DSQ_INT_FORMAT_CT: return ct_config(w, out);
     case DSQ_INT_FORMAT_GPTQ: return gptq_config(w, out);
+    case DSQ_INT_FORMAT_FP8:
+    case DSQ_INT_FORMAT_MODELOPT: break;
     }
     return dsq_fail(DSQ_ERR_ARG, "int writer: unknown format %d", (int)w->spec->format);
 }

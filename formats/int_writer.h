@@ -24,6 +24,7 @@
 #include "formats/checkpoint.h"
 #include "formats/int_artifact.h"
 #include "quantizers/intq.h"
+#include "quantizers/w8.h"
 
 /* How the linears are stored. */
 typedef struct dsq_int_spec {
@@ -32,6 +33,10 @@ typedef struct dsq_int_spec {
     bool sym;
     bool act_order, static_groups; /* GPTQ's desc_act / static_groups (act order stores g_idx unless static) */
     double damp;                   /* GPTQ's damp_percent, recorded in the config */
+    /* 8-bit schemes (SmoothQuant W8A8, FP8): w8 set, the layers carry q8 */
+    bool w8;
+    dsq_w8_scheme w8s;
+    bool kv_fp8; /* the layers carry k_scale / v_scale */
 } dsq_int_spec;
 
 /* The source model as the writer needs to know it. */
@@ -53,6 +58,8 @@ typedef struct dsq_int_layer {
     const dsq_intq *q[DSQ_BLOCK_MAX_LINEARS]; /* NULL: written dense (F16) and listed as not converted */
     const float *w[DSQ_BLOCK_MAX_LINEARS];    /* F32 [out x in], used when q is NULL */
     const float *bias[DSQ_BLOCK_MAX_LINEARS]; /* F32 [out] or NULL */
+    const dsq_w8q *q8[DSQ_BLOCK_MAX_LINEARS]; /* 8-bit schemes: used instead of q (NULL: dense) */
+    float k_scale, v_scale;                   /* FP8 KV-cache scales (spec kv_fp8), else 0 */
 } dsq_int_layer;
 
 /* Rows [r0, r0 + nr) of a matrix as F32, nr x cols (the embedding, lm_head). */

@@ -17,6 +17,7 @@ const char *dsq_linear_kind_name(dsq_linear_kind k)
     case DSQ_LINEAR_DENSE: return "dense";
     case DSQ_LINEAR_GGML: return "ggml";
     case DSQ_LINEAR_INTQ: return "intq";
+    case DSQ_LINEAR_W8: return "w8";
     }
     return "?";
 }

@@ -25,6 +25,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "quantizers/intq.h"
+#include "quantizers/w8.h"
 
 /* Up to this many rows the decode path is cheaper: the batched one turns all
  * of W into F32 on every call. */
@@ -34,6 +35,7 @@ typedef enum dsq_linear_kind {
     DSQ_LINEAR_DENSE = 0, /* F32, F16 or BF16 rows */
     DSQ_LINEAR_GGML,      /* a GGUF block type (Q4_0 .. Q6_K, IQ4_NL, IQ4_XS, ...) */
     DSQ_LINEAR_INTQ,      /* INTn groups from AWQ / GPTQ / compressed-tensors (linear_intq.c) */
+    DSQ_LINEAR_W8,        /* INT8 / FP8 E4M3 with per-tensor/channel/block scales (linear_w8.c) */
 } dsq_linear_kind;
 
 typedef struct dsq_linear dsq_linear;
@@ -103,5 +105,19 @@ dsq_status dsq_linear_init_intq(dsq_linear *W, const dsq_intq *q);
 bool dsq_linear_is_intq(const dsq_linear *W);
 /* Bits per code of an INT group storage (0 for any other storage). */
 int dsq_linear_intq_bits(const dsq_linear *W);
+
+/* ---- 8-bit storage (runtime/linear_w8.c) ----
+ * SmoothQuant W8A8 INT8 and FP8 E4M3 weights (quantizers/w8.h) with the
+ * scheme's activation numerics: the input is quantized per token (or per
+ * token group, or with the static scale) exactly as vLLM's kernels do before
+ * the product; weight-only schemes multiply the unquantized input. INT8 x INT8
+ * products accumulate in int32 (kernels/gemm_i8.h); FP8 codes decode through
+ * a 256-entry table. */
+
+/* Copies q (validated here) into a new storage owned by W. */
+dsq_status dsq_linear_init_w8(dsq_linear *W, const dsq_w8q *q);
+bool dsq_linear_is_w8(const dsq_linear *W);
+/* The scheme of an 8-bit storage (NULL for any other storage). */
+const dsq_w8_scheme *dsq_linear_w8_scheme(const dsq_linear *W);
 
 #endif
