@@ -1,6 +1,7 @@
 /* The INT8 GEMM driver (kernels/gemm_i8.h): weight preparation, path choice,
  * the scalar reference and the split over threads. The SIMD row kernels are
- * gemm_i8_avx2.c (AVX2 and AVX-VNNI) and gemm_i8_avx512.c. */
+ * gemm_i8_avx2.c, gemm_i8_avxvnni.c and gemm_i8_avx512.c (x86-64 only; other
+ * machines run the reference). */
 #include "kernels/gemm_i8.h"
 
 #include <omp.h>
@@ -63,7 +64,12 @@ bool dsq_gemm_i8_path_available(dsq_gemm_i8_path p)
 {
     switch (p) {
     case DSQ_GEMM_I8_SCALAR: return true;
-    /*AVAIL*/
+#if defined(__x86_64__) && defined(__GNUC__)
+    case DSQ_GEMM_I8_AVX2: return dsq_cpu_has(DSQ_CPU_AVX2);
+    case DSQ_GEMM_I8_AVX_VNNI: return dsq_cpu_has(DSQ_CPU_AVX2) && dsq_cpu_has(DSQ_CPU_AVX_VNNI);
+    case DSQ_GEMM_I8_AVX512_VNNI:
+        return dsq_cpu_has(DSQ_CPU_AVX512F) && dsq_cpu_has(DSQ_CPU_AVX512BW) && dsq_cpu_has(DSQ_CPU_AVX512_VNNI);
+#endif
     default: return false;
     }
 }
@@ -95,7 +101,11 @@ void dsq_gemm_i8_rows(dsq_gemm_i8_path p, const dsq_gemm_i8_w *w, int64_t r0, in
 {
     if (r1 <= r0 || m <= 0) return;
     switch (p) {
-    /*SIMD*/
+#if defined(__x86_64__) && defined(__GNUC__)
+    case DSQ_GEMM_I8_AVX2: dsq_gemm_i8_rows_avx2(w, r0, r1, m, A, lda, C, ldc); return;
+    case DSQ_GEMM_I8_AVX_VNNI: dsq_gemm_i8_rows_avx_vnni(w, r0, r1, m, A, lda, C, ldc); return;
+    case DSQ_GEMM_I8_AVX512_VNNI: dsq_gemm_i8_rows_avx512_vnni(w, r0, r1, m, A, lda, C, ldc); return;
+#endif
     default: dsq_gemm_i8_ref(m, r1 - r0, w->k, A, lda, w->B + r0 * w->ldb, w->ldb, C, ldc); return;
     }
 }
