@@ -92,7 +92,8 @@ static dsq_status parse_awq(const cJSON *c, dsq_hfq *q, const char *path)
     if (strcasecmp(version, "gemm") != 0)
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: AWQ version \"%s\" is not supported (only \"gemm\")", path, version);
     DSQ_TRY(int_field(c, "bits", true, 0, &q->bits, path));
-    if (q->bits != 4) return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: AWQ with %d bits is not supported (only 4)", path, q->bits);
+    if (q->bits != 4)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: AWQ with %d bits is not supported (only 4)", path, q->bits);
     DSQ_TRY(int_field(c, "group_size", true, 0, &q->group_size, path));
     bool zero_point = true;
     DSQ_TRY(bool_field(c, "zero_point", true, &zero_point, path));
@@ -124,7 +125,8 @@ static dsq_status parse_ct_group(const cJSON *g, const char *name, dsq_hfq *q, c
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: compressed-tensors group %s quantizes activations (only weight-only)",
                         path, name);
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(g, "weights");
-    if (!cJSON_IsObject(w)) return dsq_fail(DSQ_ERR_FORMAT, "%s: compressed-tensors group %s has no weights", path, name);
+    if (!cJSON_IsObject(w))
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: compressed-tensors group %s has no weights", path, name);
     const char *type = str_field(w, "type", "int"), *strategy = str_field(w, "strategy", "group");
     if (strcmp(type, "int") != 0)
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: compressed-tensors weights of type \"%s\" are not supported (int)",
@@ -210,8 +212,10 @@ static dsq_status ct_w8_weights(const ct_args *a, dsq_w8_scheme *s, const char *
 {
     s->kind = a->kind;
     if (a->dynamic) return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: dynamic weight quantization is not supported", path);
-    if (!strcmp(a->strategy, "tensor")) s->wgran = DSQ_W8_W_TENSOR;
-    else if (!strcmp(a->strategy, "channel")) s->wgran = DSQ_W8_W_CHANNEL;
+    if (!strcmp(a->strategy, "tensor"))
+        s->wgran = DSQ_W8_W_TENSOR;
+    else if (!strcmp(a->strategy, "channel"))
+        s->wgran = DSQ_W8_W_CHANNEL;
     else if (!strcmp(a->strategy, "block")) {
         s->wgran = DSQ_W8_W_BLOCK;
         s->block_rows = a->block[0], s->block_cols = a->block[1];
@@ -233,9 +237,12 @@ static dsq_status ct_w8_inputs(const cJSON *in, dsq_w8_scheme *s, const char *pa
     if (a.kind != s->kind)
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: %s weights with %s activations are not supported", path,
                         dsq_w8_kind_name(s->kind), dsq_w8_kind_name(a.kind));
-    if (!strcmp(a.strategy, "token") && a.dynamic) s->act = DSQ_W8_ACT_TOKEN;
-    else if (!strcmp(a.strategy, "tensor") && !a.dynamic) s->act = DSQ_W8_ACT_TENSOR;
-    else if (!strcmp(a.strategy, "group") && a.dynamic && a.group > 0) s->act = DSQ_W8_ACT_GROUP, s->act_group = a.group;
+    if (!strcmp(a.strategy, "token") && a.dynamic)
+        s->act = DSQ_W8_ACT_TOKEN;
+    else if (!strcmp(a.strategy, "tensor") && !a.dynamic)
+        s->act = DSQ_W8_ACT_TENSOR;
+    else if (!strcmp(a.strategy, "group") && a.dynamic && a.group > 0)
+        s->act = DSQ_W8_ACT_GROUP, s->act_group = a.group;
     else
         return dsq_fail(DSQ_ERR_UNSUPPORTED,
                         "%s: %s input activations with strategy \"%s\" are not supported (dynamic token, static "
@@ -353,8 +360,7 @@ static dsq_status parse_ct(const cJSON *c, dsq_hfq *q, const char *path)
         if (!targets_linear(g))
             return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: compressed-tensors group %s does not target Linear", path,
                             g->string ? g->string : "?");
-        if (found)
-            return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: several compressed-tensors groups target Linear", path);
+        if (found) return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: several compressed-tensors groups target Linear", path);
         found = g;
     }
     if (!fmt) fmt = str_field(found, "format", "?");
@@ -497,7 +503,8 @@ static dsq_status need(const dsq_st_model *st, const char *module, const char *s
 {
     bool found;
     DSQ_TRY(part(st, module, suffix, t, &found));
-    if (!found) return dsq_fail(DSQ_ERR_NOT_FOUND, "quantized module %s: tensor %s.%s is missing", module, module, suffix);
+    if (!found)
+        return dsq_fail(DSQ_ERR_NOT_FOUND, "quantized module %s: tensor %s.%s is missing", module, module, suffix);
     return DSQ_OK;
 }
 
