@@ -481,9 +481,10 @@ static void test_refusals(void **state)
     refuse("{\"quant_method\": \"gptq\", \"checkpoint_format\": \"marlin\", \"bits\": 4, \"group_size\": 32}",
            DSQ_ERR_UNSUPPORTED, "marlin");
     refuse("{\"quant_method\": \"gptq\", \"bits\": 5, \"group_size\": 32}", DSQ_ERR_UNSUPPORTED, "5-bit");
-    refuse("{\"quant_method\": \"compressed-tensors\", \"format\": \"float-quantized\", \"config_groups\": "
-           "{\"group_0\": {\"targets\": [\"Linear\"], \"weights\": {\"num_bits\": 8, \"type\": \"float\"}}}}",
-           DSQ_ERR_UNSUPPORTED, "float-quantized");
+    /* (float-quantized is the 8-bit reader's: tests/test_w8_artifacts.c) */
+    refuse("{\"quant_method\": \"compressed-tensors\", \"format\": \"nvfp4-pack-quantized\", \"config_groups\": "
+           "{\"group_0\": {\"targets\": [\"Linear\"], \"weights\": {\"num_bits\": 4, \"type\": \"float\"}}}}",
+           DSQ_ERR_UNSUPPORTED, "nvfp4-pack-quantized");
     refuse("{\"quant_method\": \"compressed-tensors\", \"format\": \"pack-quantized\", \"config_groups\": "
            "{\"group_0\": {\"targets\": [\"Linear\"], \"weights\": {\"num_bits\": 4, \"type\": \"int\", \"symmetric\": "
            "true, \"strategy\": \"group\", \"group_size\": 32}, \"input_activations\": {\"num_bits\": 8}}}}",
