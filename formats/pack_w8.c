@@ -61,8 +61,16 @@ dsq_status dsq_w8_format_check(dsq_int_format f, const dsq_w8_scheme *s)
                     what, can);
 }
 
+bool dsq_w8_tiling_ok(const dsq_w8_scheme *s, int64_t rows, int64_t cols, bool fused)
+{
+    if (s->act == DSQ_W8_ACT_GROUP && (s->act_group <= 0 || cols % s->act_group != 0)) return false;
+    return !(s->wgran == DSQ_W8_W_BLOCK && fused && (s->block_rows <= 0 || rows % s->block_rows != 0));
+}
+
 dsq_status dsq_w8_tiling_check(const dsq_w8_scheme *s, int64_t rows, int64_t cols, bool fused, const char *name)
 {
+    if (dsq_w8_tiling_ok(s, rows, cols, fused)) return DSQ_OK;
+    DSQ_TRY(dsq_w8_scheme_check(s)); /* sizes positive before dividing by them */
     if (s->act == DSQ_W8_ACT_GROUP && cols % s->act_group != 0)
         return dsq_fail(DSQ_ERR_UNSUPPORTED,
                         "%s: in_features %lld is not a multiple of the activation group %d (vLLM quantizes "

@@ -62,6 +62,8 @@ dsq_status dsq_w8_format_check(dsq_int_format f, const dsq_w8_scheme *s);
  * that share an input, whose outputs must then be multiples of block_rows).
  * Partial edge blocks are otherwise written as ceil grids. name: the tensor. */
 dsq_status dsq_w8_tiling_check(const dsq_w8_scheme *s, int64_t rows, int64_t cols, bool fused, const char *name);
+/* The same question answered yes/no (no message): a driver leaving such linears dense asks this. */
+bool dsq_w8_tiling_ok(const dsq_w8_scheme *s, int64_t rows, int64_t cols, bool fused);
 
 /* Name of the weight-scale tensor: "weight_scale", or "weight_scale_inv" for fp8 blocks. */
 const char *dsq_w8_scale_suffix(dsq_int_format f, const dsq_w8_scheme *s);

@@ -564,6 +564,11 @@ static void test_format_matrix(void **state)
 static void test_ceil_grid(void **state)
 {
     (void)state;
+    dsq_w8_scheme fb = dsq_w8_scheme_fp8_block();
+    assert_true(dsq_w8_tiling_ok(&fb, 100, 256, false)); /* edge rows of a linear vLLM does not fuse */
+    assert_false(dsq_w8_tiling_ok(&fb, 100, 256, true));
+    assert_false(dsq_w8_tiling_ok(&fb, 256, 576, false)); /* SmolLM2's hidden 576 */
+    expect_fail(dsq_w8_tiling_check(&fb, 256, 576, false, "x.weight"), "x.weight", "576", NULL);
     /* partial edge blocks get their own scale (DeepSeek pads them) */
     dsq_w8_scheme b = {DSQ_W8_FP8, DSQ_W8_W_BLOCK, 32, 32, DSQ_W8_ACT_GROUP, 32};
     dsq_packed p;
