@@ -11,7 +11,16 @@
  * dsq_int_writer_vector for the final norm, dsq_int_writer_rows for lm_head
  * (when not tied), dsq_int_writer_finish (side files), dsq_int_writer_free.
  * Write into a dsq_outdir's temporary folder so nothing half-written is
- * ever left under the final name. */
+ * ever left under the final name.
+ *
+ * 8-bit schemes (spec w8): each planned linear comes as q8 (formats/
+ * pack_w8.h lays it out for compressed-tensors, fp8 or modelopt), with FP8
+ * KV-cache scales per layer when spec kv_fp8; config.json gets the
+ * producer's quantization_config (formats/pack_w8_config.h) and a modelopt
+ * folder also hf_quant_config.json. A scheme the format cannot express, or a
+ * block vLLM cannot tile, fails in dsq_int_writer_new, before any tensor.
+ * GPTQ: desc_act is true only when act order stores a g_idx (no static
+ * groups); vLLM refuses desc_act true. */
 #ifndef DSQ_FORMATS_INT_WRITER_H
 #define DSQ_FORMATS_INT_WRITER_H
 
