@@ -25,6 +25,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
+#include "core/dtype.h"
 #include "core/fileio.h"
 #include "core/status.h"
 #include "formats/block.h"
@@ -668,7 +669,44 @@ static void test_hostile_tensors(void **state)
     codes[70] = c0;
     expect_ok(dsq_w8_unpack(&h.sch, &h.w, &h.s, &h.in, &back));
     dsq_w8q_free(&back);
+    /* llm-compressor stores the model dtype: BF16 scales, [1] scalars */
+    uint16_t bf[8], bin;
+    for (int i = 0; i < 8; i++) bf[i] = dsq_f32_to_bf16(sc[i]);
+    bin = dsq_f32_to_bf16(*in);
+    dsq_tensor b = h.s, bi = h.in;
+    b.type = bi.type = DSQ_TYPE_BF16, b.data = bf, bi.data = &bin, b.nbytes = 16, bi.nbytes = 2;
+    expect_ok(dsq_w8_unpack(&h.sch, &h.w, &b, &bi, &back));
+    for (int i = 0; i < 8; i++) assert_true(back.scales[i] == dsq_bf16_to_f32(bf[i]));
+    assert_true(back.act_scale == dsq_bf16_to_f32(bin));
+    dsq_w8q_free(&back);
     hostile_free(&h);
+}
+
+/* DeepSeek-V3's padded edge blocks read back: a 100 x 72 weight in 32 x 32 blocks. */
+static void test_edge_blocks(void **state)
+{
+    (void)state;
+    dsq_w8_scheme s = {DSQ_W8_FP8, DSQ_W8_W_BLOCK, 32, 32, DSQ_W8_ACT_GROUP, 32};
+    float *w = malloc(100 * 72 * sizeof *w);
+    for (int i = 0; i < 100 * 72; i++) w[i] = (i / 72 >= 96 ? 8.0f : 1.0f) * dsq_test_randn(&g_seed);
+    dsq_w8q q, back;
+    expect_ok(dsq_w8q_quantize(w, 100, 72, &s, "edge", &q));
+    assert_int_equal(q.n_scale_rows, 4);
+    assert_int_equal(q.n_scale_cols, 3);
+    dsq_packed p;
+    expect_ok(dsq_w8_pack(DSQ_INT_FORMAT_FP8, &q, &p));
+    dsq_tensor tw = dsq_packed_view(dsq_packed_find(&p, "weight"));
+    dsq_tensor ts = dsq_packed_view(dsq_packed_find(&p, "weight_scale_inv"));
+    expect_ok(dsq_w8_unpack(&s, &tw, &ts, NULL, &back));
+    same_w8q(&back, &q, "edge blocks");
+    /* the 4-row edge tile has its own (larger) scale */
+    assert_true(back.scales[3 * 3] > 2.0f * back.scales[0]);
+    dsq_w8q_free(&back);
+    ts.shape[0] = 3, ts.nbytes = 36; /* a floor grid */
+    expect_fail(dsq_w8_unpack(&s, &tw, &ts, NULL, &back), "weight_scale_inv", "4 x 3 scale grid", NULL);
+    dsq_packed_free(&p);
+    dsq_w8q_free(&q);
+    free(w);
 }
 
 /* Copies src's model.safetensors into dst without the tensor `drop`, with config.json. */
@@ -872,6 +910,7 @@ int main(void)
         cmocka_unit_test(test_format_matrix),
         cmocka_unit_test(test_ceil_grid),
         cmocka_unit_test(test_hostile_tensors),
+        cmocka_unit_test(test_edge_blocks),
         cmocka_unit_test(test_hostile_folder),
         cmocka_unit_test(test_hostile_configs),
         cmocka_unit_test(test_gptq_act_order),
