@@ -557,6 +557,18 @@ static void test_format_matrix(void **state)
     expect_fail(write_w8(m, &c, out, &wr), "model.layers.0.self_attn.q_proj.weight", "activation group 48", NULL);
     written_free(&wr);
     assert_int_equal(dsq_test_count_entries(tmp), 1);
+    /* specs the writer refuses before it starts a file */
+    bool quantized[T_LAYERS * N_LIN] = {0}, bias[T_LAYERS * N_LIN] = {0};
+    dsq_int_source so = {m->ckpt, &m->arch, m->block, m->vocab, m->tied, false, quantized, bias};
+    dsq_int_writer *w = NULL;
+    dsq_int_spec sp = {.format = (dsq_int_format)99};
+    expect_fail(dsq_int_writer_new(tmp, &so, &sp, &w), "unknown format 99", NULL);
+    sp = (dsq_int_spec){.format = DSQ_INT_FORMAT_MODELOPT, .bits = 4, .group = 32};
+    expect_fail(dsq_int_writer_new(tmp, &so, &sp, &w), "--format modelopt stores 8-bit schemes only", NULL);
+    sp = (dsq_int_spec){.format = DSQ_INT_FORMAT_AWQ, .w8 = true, .w8s = dsq_w8_scheme_fp8_static()};
+    expect_fail(dsq_int_writer_new(tmp, &so, &sp, &w), "--format awq stores INTn weights only", NULL);
+    assert_null(w);
+    assert_int_equal(dsq_test_count_entries(tmp), 1);
     dsq_model_close(m);
     free(src), free(out);
     dsq_test_rmtmp(tmp);
