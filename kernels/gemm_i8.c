@@ -110,6 +110,17 @@ void dsq_gemm_i8_rows(dsq_gemm_i8_path p, const dsq_gemm_i8_w *w, int64_t r0, in
     }
 }
 
+bool dsq_gemm_i8_quantize_act(const float *x, int64_t n, float scale_in, int8_t *codes, float *scale)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (dsq_cpu_use_avx2() && dsq_cpu_has(DSQ_CPU_AVX512F) && dsq_cpu_has(DSQ_CPU_AVX512BW)) {
+        *scale = dsq_gemm_i8_quantize_act_avx512(x, n, scale_in, codes);
+        return true;
+    }
+#endif
+    return false;
+}
+
 /* Rows per work item: a multiple of every kernel's row tile, and small enough
  * that a 576-row matrix still feeds a dozen threads. */
 #define ROWS_PER_ITEM 32

@@ -122,9 +122,12 @@ static void int_block(const dsq_linear *W, const float *x, float *y, int nt, int
     float scale_in = s->q.sch.act == DSQ_W8_ACT_TENSOR ? s->q.act_scale : 0.0f;
     int threads = dsq_cpu_threads();
 #pragma omp parallel for schedule(static) num_threads(nt < threads ? nt : threads)
-    for (int t = 0; t < nt; t++)
-        sx[t] = dsq_w8_act_quantize(DSQ_W8_INT8, x + (size_t)t * (size_t)in, in, scale_in,
-                                    (uint8_t *)a + (size_t)t * (size_t)in);
+    for (int t = 0; t < nt; t++) {
+        const float *xt = x + (size_t)t * (size_t)in;
+        int8_t *at = a + (size_t)t * (size_t)in;
+        if (!dsq_gemm_i8_quantize_act(xt, in, scale_in, at, &sx[t]))
+            sx[t] = dsq_w8_act_quantize(DSQ_W8_INT8, xt, in, scale_in, (uint8_t *)at);
+    }
     dsq_gemm_i8_parallel(&s->iw, nt, a, in, acc, out);
     bool chan = s->q.sch.wgran == DSQ_W8_W_CHANNEL;
 #pragma omp parallel for schedule(static) num_threads(nt < threads ? nt : threads)
