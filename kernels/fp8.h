@@ -2,7 +2,13 @@
  * code's value (the encode, round to nearest even saturating at 448, is
  * dsq_w8_encode in quantizers/w8.c over core's dsq_f32_to_e4m3). Every E4M3
  * value has at most 4 significant bits, so it is exact in BF16 and F32, and
- * the product of two is exact in F32. */
+ * the product of two is exact in F32.
+ *
+ * On AVX512 (F+BW+VL) the row functions decode 16 codes per step with integer
+ * operations instead of table loads: a normal code's F32 bits are
+ * ((c & 0x7f) << 20) + (120 << 23) (rebias 7 -> 127), a subnormal one (exponent
+ * field 0) is (c & 7) * 2^-9, and the sign moves from bit 7 to bit 31. The
+ * decoded values are the table's bit for bit. */
 #ifndef DSQ_KERNELS_FP8_H
 #define DSQ_KERNELS_FP8_H
 
@@ -11,7 +17,17 @@
 /* table[code] = the code's value (NaN for 0x7f and 0xff); built once per process. */
 const float *dsq_fp8_e4m3_table(void);
 
-/* dst[i] = value(codes[i]) * scale, i < n (the weight dequantization q * s). */
+/* dst[i] = value(codes[i]) * scale, i < n (the weight dequantization q * s);
+ * bit-identical on every path. Codes must not be NaN (0x7f, 0xff: the
+ * storage's validation refuses them). */
 void dsq_fp8_decode_row(const uint8_t *codes, int64_t n, float scale, float *dst);
+
+/* sum_i value(codes[i]) * x[i] in F32 (the decode path's row dot; the order
+ * of the sum is the path's own). */
+float dsq_fp8_dot(const uint8_t *codes, const float *x, int64_t n);
+
+/* The AVX512 twins (internal to kernels/fp8*.c). */
+void dsq_fp8_decode_row_avx512(const uint8_t *codes, int64_t n, float scale, float *dst);
+float dsq_fp8_dot_avx512(const uint8_t *codes, const float *x, int64_t n);
 
 #endif

@@ -54,7 +54,10 @@ static void w8_rows_f32(const dsq_linear *W, int64_t r0, int64_t nr, float *dst)
         float *d = dst + (r - r0) * W->in;
         for (int64_t c = 0, e; c < W->in; c = e) {
             float sc = seg_scale(&s->q, r, c, &e);
-            for (int64_t i = c; i < e; i++) d[i] = s->lut[row[i]] * sc; /* as dsq_w8q_dequantize */
+            if (s->q.sch.kind == DSQ_W8_FP8)
+                dsq_fp8_decode_row(row + c, e - c, sc, d + c); /* the table's values: bit-identical */
+            else
+                for (int64_t i = c; i < e; i++) d[i] = s->lut[row[i]] * sc; /* as dsq_w8q_dequantize */
         }
     }
 }
@@ -71,6 +74,10 @@ static void w8_dot_rows(const dsq_linear *W, const float *x, const void *act, in
         float acc = 0.0f;
         for (int64_t c = 0, e; c < W->in; c = e) {
             float sc = seg_scale(&s->q, r, c, &e);
+            if (s->q.sch.kind == DSQ_W8_FP8) {
+                acc += dsq_fp8_dot(row + c, x + c, e - c) * sc;
+                continue;
+            }
             float p0 = 0.0f, p1 = 0.0f, p2 = 0.0f, p3 = 0.0f; /* four chains: no serial add latency */
             int64_t i = c;
             for (; i + 4 <= e; i += 4) {
