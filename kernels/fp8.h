@@ -4,11 +4,11 @@
  * value has at most 4 significant bits, so it is exact in BF16 and F32, and
  * the product of two is exact in F32.
  *
- * On AVX512 (F+BW+VL) the row functions decode 16 codes per step with integer
- * operations instead of table loads: a normal code's F32 bits are
- * ((c & 0x7f) << 20) + (120 << 23) (rebias 7 -> 127), a subnormal one (exponent
- * field 0) is (c & 7) * 2^-9, and the sign moves from bit 7 to bit 31. The
- * decoded values are the table's bit for bit. */
+ * On AVX512 (F+BW+VL) the row functions decode 16 codes per step without
+ * table loads: the code's bits moved into an F16 (sign to bit 15, exponent and
+ * mantissa to bits 13..7) are value * 2^-8, subnormals included, and
+ * vcvtph2ps widens that exactly; the decoded values are the table's bit for
+ * bit. */
 #ifndef DSQ_KERNELS_FP8_H
 #define DSQ_KERNELS_FP8_H
 

@@ -31,6 +31,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/gemm_i8.h"
+#include "kernels/vec.h"
 #include "runtime/linear.h"
 
 typedef struct w8_store {
@@ -273,18 +274,32 @@ static dsq_status fp8_batched(const dsq_linear *W, const float *xv, int n_tok, f
 
 #define FP8_GEMV_ROWS 16
 
-static void fp8_rows(const dsq_linear *W, const float *xv, int n_tok, float *y)
+/* Decode path: one token dots the codes directly; several decode each row
+ * once into a per-thread buffer and dot it with every token. */
+static dsq_status fp8_rows(const dsq_linear *W, const float *xv, int n_tok, float *y)
 {
     const w8_store *s = store_of(W);
-    int64_t items = (W->out + FP8_GEMV_ROWS - 1) / FP8_GEMV_ROWS;
+    int64_t in = W->in, items = (W->out + FP8_GEMV_ROWS - 1) / FP8_GEMV_ROWS;
     int threads = dsq_cpu_threads();
     if (items < threads) threads = (int)items;
+    float *rows = n_tok > 1 ? malloc((size_t)threads * (size_t)in * sizeof *rows) : NULL;
+    if (n_tok > 1 && !rows) return dsq_fail(DSQ_ERR_NOMEM, "w8 linear: out of memory for %d decoded rows", threads);
 #pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t it = 0; it < items; it++)
-        for (int64_t r = it * FP8_GEMV_ROWS; r < (it + 1) * FP8_GEMV_ROWS && r < W->out; r++)
+    for (int64_t it = 0; it < items; it++) {
+        float *row = rows ? rows + (size_t)omp_get_thread_num() * (size_t)in : NULL;
+        for (int64_t r = it * FP8_GEMV_ROWS; r < (it + 1) * FP8_GEMV_ROWS && r < W->out; r++) {
+            const uint8_t *codes = s->q.codes + r * in;
+            if (!row) {
+                y[r] = dsq_fp8_dot(codes, xv, in);
+                continue;
+            }
+            dsq_fp8_decode_row(codes, in, 1.0f, row);
             for (int t = 0; t < n_tok; t++)
-                y[(size_t)t * (size_t)W->out + r] =
-                    dsq_fp8_dot(s->q.codes + r * W->in, xv + (size_t)t * (size_t)W->in, W->in);
+                y[(size_t)t * (size_t)W->out + r] = dsq_vec_dot_f32(in, row, xv + (size_t)t * (size_t)in);
+        }
+    }
+    free(rows);
+    return DSQ_OK;
 }
 
 static dsq_status w8_fp8_forward(const dsq_linear *W, const float *x, float *y, int n_tok, bool batched)
@@ -292,10 +307,7 @@ static dsq_status w8_fp8_forward(const dsq_linear *W, const float *x, float *y, 
     fp8_act a;
     DSQ_TRY(fp8_quantize_input(W, x, n_tok, &a));
     dsq_status st = DSQ_OK;
-    if (batched)
-        st = fp8_batched(W, a.xv, n_tok, y);
-    else
-        fp8_rows(W, a.xv, n_tok, y);
+    st = batched ? fp8_batched(W, a.xv, n_tok, y) : fp8_rows(W, a.xv, n_tok, y);
     if (st == DSQ_OK) fp8_epilogue(W, a.sx, n_tok, y);
     free(a.xv), free(a.sx);
     return st;
