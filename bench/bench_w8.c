@@ -3,6 +3,8 @@
  * For each weight shape (out x in) and token count m it times, best of --reps
  * (each rep at least 0.1 s of calls):
  *   i8 gemm    dsq_gemm_i8_parallel on prepared INT8 weights (the kernel alone)
+ *   i8 avxvnni / i8 avx2  the same kernel forced onto the AVX-VNNI and AVX2 paths,
+ *              where the CPU has them (the dispatcher takes the best one)
  *   w8a8 fwd   dsq_linear_forward of the INT8 storage (W8A8 dynamic: per-token
  *              quantization of x, the kernel, the scale epilogue)
  *   fp8 fwd    dsq_linear_forward of the FP8 storage (FP8 dynamic: x rounded
@@ -77,7 +79,18 @@ static void cpu_model(char *buf, size_t cap)
     fclose(f);
 }
 
-typedef enum op { OP_I8, OP_W8A8, OP_FP8, OP_F32, OP_BF16, OP_F32_GEMV, OP_MEMCPY, N_OPS } op;
+typedef enum op {
+    OP_I8,
+    OP_I8_VNNI256,
+    OP_I8_AVX2,
+    OP_W8A8,
+    OP_FP8,
+    OP_F32,
+    OP_BF16,
+    OP_F32_GEMV,
+    OP_MEMCPY,
+    N_OPS
+} op;
 
 typedef struct bench_case {
     int64_t out, in;
@@ -90,11 +103,24 @@ typedef struct bench_case {
     uint8_t *src, *dst;
 } bench_case;
 
+/* The INT8 kernel on a path the dispatcher would not pick, split as dsq_gemm_i8_parallel splits. */
+static void i8_on_path(bench_case *c, dsq_gemm_i8_path p)
+{
+    int64_t items = (c->out + 31) / 32;
+#pragma omp parallel for schedule(static) num_threads(dsq_cpu_threads())
+    for (int64_t it = 0; it < items; it++) {
+        int64_t r0 = it * 32, r1 = r0 + 32 < c->out ? r0 + 32 : c->out;
+        dsq_gemm_i8_rows(p, &c->iw, r0, r1, c->m, c->xa, c->in, c->acc + r0, c->out);
+    }
+}
+
 static void run_op(bench_case *c, op o)
 {
     dsq_status s = DSQ_OK;
     switch (o) {
     case OP_I8: dsq_gemm_i8_parallel(&c->iw, c->m, c->xa, c->in, c->acc, c->out); break;
+    case OP_I8_VNNI256: i8_on_path(c, DSQ_GEMM_I8_AVX_VNNI); break;
+    case OP_I8_AVX2: i8_on_path(c, DSQ_GEMM_I8_AVX2); break;
     case OP_W8A8: s = dsq_linear_forward(&c->w8a8, c->x, c->y, c->m); break;
     case OP_FP8: s = dsq_linear_forward(&c->fp8, c->x, c->y, c->m); break;
     case OP_F32: s = dsq_linear_forward_gemm(&c->f32, c->x, c->y, c->m); break;
@@ -236,7 +262,8 @@ int main(int argc, char **argv)
     cpu_model(model, sizeof model);
     printf("cpu: %s; threads %d; int8 path %s; bf16 gemm %s\n", model, dsq_cpu_threads(),
            dsq_gemm_i8_path_name(dsq_gemm_i8_best_path()), dsq_cpu_use_bf16_gemm() ? "avx512_bf16" : "scalar/f32");
-    static const char *names[N_OPS] = {"i8 gemm", "w8a8 fwd", "fp8 fwd", "f32 gemm", "bf16 gemm", "f32 gemv", "memcpy"};
+    static const char *names[N_OPS] = {"i8 gemm",  "i8 avxvnni", "i8 avx2",  "w8a8 fwd", "fp8 fwd",
+                                       "f32 gemm", "bf16 gemm",  "f32 gemv", "memcpy"};
     printf("%-10s %4s | %-9s %9s %8s | i8 vs: f32  bf16  gemv  memcpy\n", "shape", "m", "op", "GOP/s", "GB/s");
     for (int si = 0; si < o.n_shapes; si++)
         for (int mi = 0; mi < o.n_ms; mi++) {
@@ -246,6 +273,8 @@ int main(int argc, char **argv)
             double t[N_OPS] = {0};
             for (int k = 0; k < N_OPS; k++) {
                 if (k == OP_F32_GEMV && m > DSQ_LINEAR_GEMV_MAX_TOKENS) continue;
+                if (k == OP_I8_VNNI256 && !dsq_gemm_i8_path_available(DSQ_GEMM_I8_AVX_VNNI)) continue;
+                if (k == OP_I8_AVX2 && !dsq_gemm_i8_path_available(DSQ_GEMM_I8_AVX2)) continue;
                 t[k] = time_op(&c, (op)k, o.reps);
             }
             double ops = 2.0 * m * (double)c.out * (double)c.in, wb = (double)c.out * (double)c.in;
