@@ -4,7 +4,7 @@
  *
  *  - INT8 weights with per-tensor or per-channel scales and TOKEN or TENSOR
  *    activations (SmoothQuant W8A8): x is quantized per token to int8
- *    (dsq_w8_act_quantize), multiplied in int32 (kernels/gemm_i8.h) and
+ *    (dsq_w8_act_quantize, or its AVX512 twin with the same bytes), multiplied in int32 (kernels/gemm_i8.h) and
  *    scaled as vLLM's CUTLASS epilogue does (ScaledEpilogue in
  *    csrc/cutlass_extensions/epilogue/scaled_mm_epilogues_c3x.hpp):
  *    y = s_x * (s_w[row] * float(acc)) + b. The storage's own forward
@@ -21,7 +21,6 @@
  *    act_group columns; weight-only schemes leave x as it is. The generic F32,
  *    BF16 and decode paths then run on those.
  */
-#include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
