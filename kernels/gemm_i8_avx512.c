@@ -5,9 +5,9 @@
  * bytes it gives B make the padded products 0 whatever A's padding becomes.
  * Only called when dsq_gemm_i8_path_available(DSQ_GEMM_I8_AVX512_VNNI).
  * Also the AVX512 INT8 activation quantizer (dsq_gemm_i8_quantize_act: F and
- * BW only). */
+ * BW only) and the int8 x F32 row dot (F, BW, VL). */
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC target("avx512f,avx512bw,avx512vnni")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni")
 #endif
 
 #include "kernels/gemm_i8.h"
@@ -108,6 +108,25 @@ float dsq_gemm_i8_quantize_act_avx512(const float *x, int64_t n, float scale_in,
         _mm512_mask_cvtsepi32_storeu_epi8(codes + i, k, _mm512_cvtps_epi32(r));
     }
     return s;
+}
+
+float dsq_gemm_i8_dot_f32_avx512(const int8_t *w, const float *x, int64_t n)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i b = _mm256_loadu_si256((const __m256i *)(w + i));
+        __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(b)));
+        __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(b, 1)));
+        a0 = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + i + 16), a1);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, w + i)));
+        a0 = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(k, x + i), a0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
 }
 
 #endif

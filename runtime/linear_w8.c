@@ -80,20 +80,9 @@ static void w8_dot_rows(const dsq_linear *W, const float *x, const void *act, in
         float acc = 0.0f;
         for (int64_t c = 0, e; c < W->in; c = e) {
             float sc = seg_scale(&s->q, r, c, &e);
-            if (s->q.sch.kind == DSQ_W8_FP8) {
-                acc += dsq_fp8_dot(row + c, x + c, e - c) * sc;
-                continue;
-            }
-            float p0 = 0.0f, p1 = 0.0f, p2 = 0.0f, p3 = 0.0f; /* four chains: no serial add latency */
-            int64_t i = c;
-            for (; i + 4 <= e; i += 4) {
-                p0 += s->lut[row[i]] * x[i];
-                p1 += s->lut[row[i + 1]] * x[i + 1];
-                p2 += s->lut[row[i + 2]] * x[i + 2];
-                p3 += s->lut[row[i + 3]] * x[i + 3];
-            }
-            for (; i < e; i++) p0 += s->lut[row[i]] * x[i];
-            acc += ((p0 + p1) + (p2 + p3)) * sc;
+            float d = s->q.sch.kind == DSQ_W8_FP8 ? dsq_fp8_dot(row + c, x + c, e - c)
+                                                  : dsq_gemm_i8_dot_f32((const int8_t *)row + c, x + c, e - c);
+            acc += d * sc;
         }
         y[r - r0] = acc;
     }

@@ -179,6 +179,30 @@ static void test_quantize_act(void **state)
     dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
 }
 
+/* The int8 x F32 row dot on both paths against a double sum. */
+static void test_dot_f32(void **state)
+{
+    uint64_t seed = 31;
+    for (int64_t n = 1; n <= 300; n += n < 70 ? 1 : 41) {
+        int8_t *w = malloc((size_t)n);
+        float *x = malloc((size_t)n * sizeof *x);
+        fill(w, (size_t)n, FILL_MIXED);
+        double ref = 0, mag = 0;
+        for (int64_t i = 0; i < n; i++) {
+            x[i] = dsq_test_randn(&seed);
+            ref += (double)w[i] * x[i];
+            mag += fabs((double)w[i] * x[i]);
+        }
+        dsq_cpu_set_isa(DSQ_CPU_ISA_SCALAR);
+        float d0 = dsq_gemm_i8_dot_f32(w, x, n);
+        dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+        float d1 = dsq_gemm_i8_dot_f32(w, x, n);
+        if (fabs(d0 - ref) > 1e-6 * mag || fabs(d1 - ref) > 1e-6 * mag)
+            fail_msg("n %lld: %g (scalar) / %g, reference %g", (long long)n, (double)d0, (double)d1, ref);
+        free(w), free(x);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -186,6 +210,7 @@ int main(void)
         cmocka_unit_test(test_extreme_sums),
         cmocka_unit_test(test_parallel_and_refusals),
         cmocka_unit_test(test_quantize_act),
+        cmocka_unit_test(test_dot_f32),
     };
     return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }
