@@ -4,7 +4,6 @@
 #include "kernels/fp8.h"
 
 #include <pthread.h>
-#include <stdbool.h>
 
 #include "core/dtype.h"
 #include "kernels/cpu.h"
@@ -57,4 +56,11 @@ float dsq_fp8_dot(const uint8_t *codes, const float *x, int64_t n)
     }
     for (; i < n; i++) p0 += t[codes[i]] * x[i];
     return (p0 + p1) + (p2 + p3);
+}
+
+bool dsq_fp8_quantize_act(const float *x, int64_t n, float scale_in, uint8_t *codes, float *scale)
+{
+    if (!use_avx512()) return false;
+    *scale = dsq_fp8_quantize_act_avx512(x, n, scale_in, codes);
+    return true;
 }

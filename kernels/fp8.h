@@ -12,6 +12,7 @@
 #ifndef DSQ_KERNELS_FP8_H
 #define DSQ_KERNELS_FP8_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* table[code] = the code's value (NaN for 0x7f and 0xff); built once per process. */
@@ -26,8 +27,18 @@ void dsq_fp8_decode_row(const uint8_t *codes, int64_t n, float scale, float *dst
  * of the sum is the path's own). */
 float dsq_fp8_dot(const uint8_t *codes, const float *x, int64_t n);
 
+/* The FP8 activation rule of quantizers/w8.c (dsq_w8_act_quantize with
+ * DSQ_W8_FP8), vectorized: scale_in > 0 as given, else amax / 448 (1 when x
+ * is all zero); codes = e4m3(clamp(x / s, -448, 448)) rounded to nearest
+ * even, a NaN quotient giving -448 as the reference's clamp does. Same bytes
+ * and scale as the reference (tests/test_fp8.c compares them). Returns false,
+ * writing nothing, where no SIMD version runs (no AVX512F+BW+VL, or the
+ * scalar reference forced): the caller then calls dsq_w8_act_quantize. */
+bool dsq_fp8_quantize_act(const float *x, int64_t n, float scale_in, uint8_t *codes, float *scale);
+
 /* The AVX512 twins (internal to kernels/fp8*.c). */
 void dsq_fp8_decode_row_avx512(const uint8_t *codes, int64_t n, float scale, float *dst);
 float dsq_fp8_dot_avx512(const uint8_t *codes, const float *x, int64_t n);
+float dsq_fp8_quantize_act_avx512(const float *x, int64_t n, float scale_in, uint8_t *codes);
 
 #endif

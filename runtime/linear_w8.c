@@ -106,7 +106,11 @@ static dsq_status w8_input_f32(const dsq_linear *W, const float *x, float *xq, i
         for (int64_t c = 0; c < in; c += span) {
             int64_t n = in - c < span ? in - c : span;
             size_t o = (size_t)t * (size_t)in + (size_t)c;
-            float sx = dsq_w8_act_quantize(s->q.sch.kind, x + o, n, scale_in, codes + o);
+            float sx = 0.0f;
+            bool fast = s->q.sch.kind == DSQ_W8_FP8
+                            ? dsq_fp8_quantize_act(x + o, n, scale_in, codes + o, &sx)
+                            : dsq_gemm_i8_quantize_act(x + o, n, scale_in, (int8_t *)codes + o, &sx);
+            if (!fast) sx = dsq_w8_act_quantize(s->q.sch.kind, x + o, n, scale_in, codes + o);
             for (int64_t i = 0; i < n; i++) xq[o + i] = s->lut[codes[o + i]] * sx;
         }
     free(codes);
@@ -193,7 +197,8 @@ static dsq_status fp8_quantize_input(const dsq_linear *W, const float *x, int n_
 #pragma omp parallel for schedule(static) num_threads(n_tok < threads ? n_tok : threads)
     for (int t = 0; t < n_tok; t++) {
         size_t o = (size_t)t * (size_t)in;
-        a->sx[t] = dsq_w8_act_quantize(DSQ_W8_FP8, x + o, in, scale_in, codes + o);
+        if (!dsq_fp8_quantize_act(x + o, in, scale_in, codes + o, &a->sx[t]))
+            a->sx[t] = dsq_w8_act_quantize(DSQ_W8_FP8, x + o, in, scale_in, codes + o);
         dsq_fp8_decode_row(codes + o, in, 1.0f, a->xv + o);
     }
     free(codes);

@@ -16,6 +16,7 @@
 #include "core/dtype.h"
 #include "kernels/cpu.h"
 #include "kernels/fp8.h"
+#include "quantizers/w8.h"
 #include "tests/helpers/testutil.h"
 
 static void test_table(void **state)
@@ -82,11 +83,56 @@ static void test_decode_and_dot_paths(void **state)
     }
 }
 
+/* The vectorized FP8 activation quantizer gives dsq_w8_act_quantize's bytes
+ * and scale: random values, exact ties between neighbouring codes (normal and
+ * subnormal), saturation under a static scale, zeros of both signs, NaN, Inf. */
+static void test_quantize_act(void **state)
+{
+    float sc = 0;
+    uint8_t probe;
+    if (!dsq_fp8_quantize_act((const float[]){1.0f}, 1, 0, &probe, &sc))
+        DSQ_TEST_SKIP_ENV("the FP8 activation quantizer has no SIMD path on this CPU (it needs avx512f/bw/vl)");
+    const float *t = dsq_fp8_e4m3_table();
+    uint64_t seed = 7;
+    for (int n = 1; n <= 260; n += n < 40 ? 1 : 31)
+        for (int v = 0; v < 6; v++) {
+            float *x = malloc((size_t)n * sizeof *x);
+            uint8_t *a = malloc((size_t)n), *b = malloc((size_t)n);
+            float sin = 0;
+            for (int i = 0; i < n; i++) x[i] = dsq_test_randn(&seed) * 5.0f;
+            if (v == 1) { /* static scale 1: midpoints of adjacent codes, which round to the even one */
+                sin = 1.0f;
+                for (int i = 0; i < n; i++) {
+                    int c = (int)(dsq_test_rand(&seed) % 126);
+                    x[i] = (i & 1 ? -0.5f : 0.5f) * (t[c] + t[c + 1]);
+                }
+            }
+            if (v == 2) sin = 0.001f; /* most values saturate at 448 */
+            if (v == 3)
+                for (int i = 0; i < n; i++) x[i] = i & 1 ? -0.0f : 0.0f;
+            if (v == 4 && n > 3) x[0] = NAN, x[2] = INFINITY;
+            if (v == 5) /* tiny values: the subnormal steps, scale 1 */
+                for (int i = 0; i < n; i++) sin = 1.0f, x[i] = (float)(i % 40 - 20) * 0x1p-11f;
+            float sa = dsq_w8_act_quantize(DSQ_W8_FP8, x, n, sin, a), sb = 0;
+            assert_true(dsq_fp8_quantize_act(x, n, sin, b, &sb));
+            if (memcmp(&sa, &sb, sizeof sa)) fail_msg("n %d case %d: scale %g vs %g", n, v, (double)sb, (double)sa);
+            for (int i = 0; i < n; i++)
+                if (a[i] != b[i])
+                    fail_msg("n %d case %d: x %a / scale: code 0x%02x, reference 0x%02x", n, v, (double)x[i], b[i],
+                             a[i]);
+            free(x), free(a), free(b);
+        }
+    dsq_cpu_set_isa(DSQ_CPU_ISA_SCALAR);
+    assert_false(dsq_fp8_quantize_act((const float[]){1.0f}, 1, 0, &probe, &sc));
+    dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_decode_and_dot_paths),
+        cmocka_unit_test(test_quantize_act),
     };
     return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }
