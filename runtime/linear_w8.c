@@ -7,7 +7,8 @@
  *    (dsq_w8_act_quantize, or its AVX512 twin with the same bytes), multiplied in int32 (kernels/gemm_i8.h) and
  *    scaled as vLLM's CUTLASS epilogue does (ScaledEpilogue in
  *    csrc/cutlass_extensions/epilogue/scaled_mm_epilogues_c3x.hpp):
- *    y = s_x * (s_w[row] * float(acc)) + b. The storage's own forward
+ *    y = s_x * (s_w[row] * float(acc)) (+ b in the same rounding: CUTLASS's
+ *    ScaledEpilogueBias ends in a multiply_add, fmaf here). The storage's own forward
  *    (vt->forward) serves every path, so gemm and gemv agree bit for bit.
  *  - FP8 weights with per-tensor or per-channel scales and TOKEN or TENSOR
  *    activations: the same on FP8 codes (exact products, F32 sums; see the
@@ -21,6 +22,7 @@
  *    act_group columns; weight-only schemes leave x as it is. The generic F32,
  *    BF16 and decode paths then run on those.
  */
+#include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,9 +141,8 @@ static void int_block(const dsq_linear *W, const float *x, float *y, int nt, int
 #pragma omp parallel for schedule(static) num_threads(nt < threads ? nt : threads)
     for (int t = 0; t < nt; t++)
         for (int64_t r = 0; r < out; r++) {
-            float sw = chan ? s->q.scales[r] : s->q.scales[0];
-            float v = sx[t] * (sw * (float)acc[(size_t)t * (size_t)out + r]);
-            y[(size_t)t * (size_t)out + r] = W->bias ? v + W->bias[r] : v;
+            float sw = chan ? s->q.scales[r] : s->q.scales[0], v = sw * (float)acc[(size_t)t * (size_t)out + r];
+            y[(size_t)t * (size_t)out + r] = W->bias ? fmaf(sx[t], v, W->bias[r]) : sx[t] * v;
         }
 }
 
@@ -213,9 +214,8 @@ static void fp8_epilogue(const dsq_linear *W, const float *sx, int n_tok, float 
 #pragma omp parallel for schedule(static) num_threads(n_tok < threads ? n_tok : threads)
     for (int t = 0; t < n_tok; t++)
         for (int64_t r = 0; r < W->out; r++) {
-            float *v = &y[(size_t)t * (size_t)W->out + r];
-            *v = sx[t] * ((chan ? s->q.scales[r] : s->q.scales[0]) * *v);
-            if (W->bias) *v += W->bias[r];
+            float *v = &y[(size_t)t * (size_t)W->out + r], p = (chan ? s->q.scales[r] : s->q.scales[0]) * *v;
+            *v = W->bias ? fmaf(sx[t], p, W->bias[r]) : sx[t] * p;
         }
 }
 

@@ -111,8 +111,13 @@ static ref_out reference(const dsq_w8q *q, const float *x, int n_tok, const floa
                 y += term;
                 mag += fabs(term);
             }
-            if (R.exact) y = xs[0] * (dsq_w8q_scale_at(q, r, 0) * (float)acc);
-            R.y[(size_t)t * out + r] = bias ? (R.exact ? (double)((float)y + bias[r]) : y + bias[r]) : y;
+            if (R.exact) { /* vLLM's epilogue: s_x * (s_w * acc), the bias in the same rounding */
+                float p = dsq_w8q_scale_at(q, r, 0) * (float)acc;
+                y = bias ? fmaf(xs[0], p, bias[r]) : xs[0] * p;
+            } else if (bias) {
+                y += bias[r];
+            }
+            R.y[(size_t)t * out + r] = y;
             R.mag[(size_t)t * out + r] = mag + (bias ? fabs(bias[r]) : 0);
         }
     }
