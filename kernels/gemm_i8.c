@@ -110,6 +110,36 @@ void dsq_gemm_i8_rows(dsq_gemm_i8_path p, const dsq_gemm_i8_w *w, int64_t r0, in
     }
 }
 
+bool dsq_gemm_i8_quantize_act(const float *x, int64_t n, float scale_in, int8_t *codes, float *scale)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (dsq_cpu_use_avx2() && dsq_cpu_has(DSQ_CPU_AVX512F) && dsq_cpu_has(DSQ_CPU_AVX512BW)) {
+        *scale = dsq_gemm_i8_quantize_act_avx512(x, n, scale_in, codes);
+        return true;
+    }
+#endif
+    return false;
+}
+
+float dsq_gemm_i8_dot_f32(const int8_t *w, const float *x, int64_t n)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (dsq_cpu_use_avx2() && dsq_cpu_has(DSQ_CPU_AVX512F) && dsq_cpu_has(DSQ_CPU_AVX512BW) &&
+        dsq_cpu_has(DSQ_CPU_AVX512VL))
+        return dsq_gemm_i8_dot_f32_avx512(w, x, n);
+#endif
+    float p0 = 0.0f, p1 = 0.0f, p2 = 0.0f, p3 = 0.0f; /* four chains: no serial add latency */
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        p0 += (float)w[i] * x[i];
+        p1 += (float)w[i + 1] * x[i + 1];
+        p2 += (float)w[i + 2] * x[i + 2];
+        p3 += (float)w[i + 3] * x[i + 3];
+    }
+    for (; i < n; i++) p0 += (float)w[i] * x[i];
+    return (p0 + p1) + (p2 + p3);
+}
+
 /* Rows per work item: a multiple of every kernel's row tile, and small enough
  * that a 576-row matrix still feeds a dozen threads. */
 #define ROWS_PER_ITEM 32

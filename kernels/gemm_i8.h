@@ -70,6 +70,22 @@ void dsq_gemm_i8_parallel(const dsq_gemm_i8_w *w, int64_t m, const int8_t *A, in
 void dsq_gemm_i8_ref(int64_t m, int64_t n, int64_t k, const int8_t *A, int64_t lda, const int8_t *B, int64_t ldb,
                      int32_t *C, int64_t ldc);
 
+/* The INT8 activation rule of quantizers/w8.c (dsq_w8_act_quantize with
+ * DSQ_W8_INT8), vectorized: scale_in > 0 is used as given, else amax / 127
+ * (1 when x is all zero); codes = clamp(rint(x / s), -128, 127) with the same
+ * IEEE division, rounding and NaN handling, so bytes and scale are the
+ * reference's (tests/test_gemm_i8.c compares them). Returns false, writing
+ * nothing, where no SIMD version runs (no AVX512F+BW, or the scalar reference
+ * forced): the caller then calls dsq_w8_act_quantize itself (kernels/ sit
+ * below quantizers/ and cannot). */
+bool dsq_gemm_i8_quantize_act(const float *x, int64_t n, float scale_in, int8_t *codes, float *scale);
+
+/* sum_i w[i] * x[i] in F32 for int8 w and F32 x: the decode path of INT8
+ * weights whose scheme leaves x unquantized (weight-only, group activations);
+ * AVX512 where present, else a scalar loop (the order of the sum is the
+ * path's own). */
+float dsq_gemm_i8_dot_f32(const int8_t *w, const float *x, int64_t n);
+
 /* The SIMD row kernels (internal to kernels/gemm_i8*.c), same contract as dsq_gemm_i8_rows. */
 void dsq_gemm_i8_rows_avx2(const dsq_gemm_i8_w *w, int64_t r0, int64_t r1, int64_t m, const int8_t *A, int64_t lda,
                            int32_t *C, int64_t ldc);
@@ -77,5 +93,7 @@ void dsq_gemm_i8_rows_avx_vnni(const dsq_gemm_i8_w *w, int64_t r0, int64_t r1, i
                                int32_t *C, int64_t ldc);
 void dsq_gemm_i8_rows_avx512_vnni(const dsq_gemm_i8_w *w, int64_t r0, int64_t r1, int64_t m, const int8_t *A,
                                   int64_t lda, int32_t *C, int64_t ldc);
+float dsq_gemm_i8_quantize_act_avx512(const float *x, int64_t n, float scale_in, int8_t *codes);
+float dsq_gemm_i8_dot_f32_avx512(const int8_t *w, const float *x, int64_t n);
 
 #endif

@@ -3,9 +3,11 @@
  * per step, A offset to u8 by an XOR with 0x80 as it is loaded, and
  * 128 * rowsum(B) taken off at the end. The k tail is a masked load: the zero
  * bytes it gives B make the padded products 0 whatever A's padding becomes.
- * Only called when dsq_gemm_i8_path_available(DSQ_GEMM_I8_AVX512_VNNI). */
+ * Only called when dsq_gemm_i8_path_available(DSQ_GEMM_I8_AVX512_VNNI).
+ * Also the AVX512 INT8 activation quantizer (dsq_gemm_i8_quantize_act: F and
+ * BW only) and the int8 x F32 row dot (F, BW, VL). */
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC target("avx512f,avx512bw,avx512vnni")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni")
 #endif
 
 #include "kernels/gemm_i8.h"
@@ -78,6 +80,53 @@ void dsq_gemm_i8_rows_avx512_vnni(const dsq_gemm_i8_w *w, int64_t r0, int64_t r1
             }
         }
     }
+}
+
+float dsq_gemm_i8_quantize_act_avx512(const float *x, int64_t n, float scale_in, int8_t *codes)
+{
+    float s = scale_in;
+    if (!(s > 0.0f)) {
+        /* max(|x|, m) keeps m when |x| is NaN, as the reference's "fabsf(x) > amax" does */
+        __m512 m = _mm512_setzero_ps();
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + i)), m);
+        if (i < n) {
+            __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
+            m = _mm512_max_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(k, x + i)), m);
+        }
+        s = _mm512_reduce_max_ps(m) / 127.0f;
+        if (s == 0.0f) s = 1.0f;
+    }
+    /* rint(x / s) with the true division, then max(r, -128) (a NaN r gives the
+     * second operand, -128, as the reference's !(r >= -128) does) and min 127 */
+    const __m512 vs = _mm512_set1_ps(s), lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 r = _mm512_roundscale_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(k, x + i), vs),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
+        _mm512_mask_cvtsepi32_storeu_epi8(codes + i, k, _mm512_cvtps_epi32(r));
+    }
+    return s;
+}
+
+float dsq_gemm_i8_dot_f32_avx512(const int8_t *w, const float *x, int64_t n)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i b = _mm256_loadu_si256((const __m256i *)(w + i));
+        __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(b)));
+        __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(b, 1)));
+        a0 = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + i + 16), a1);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, w + i)));
+        a0 = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(k, x + i), a0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
 }
 
 #endif

@@ -4,12 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quantizers/qtypes.h"
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
-#include "runtime/cpu/qgemv.h"
 #include "kernels/vec.h"
+#include "quantizers/qtypes.h"
+#include "runtime/cpu/qgemv.h"
 
 const char *dsq_linear_kind_name(dsq_linear_kind k)
 {
@@ -49,7 +49,8 @@ static void dense_dot_rows(const dsq_linear *W, const float *x, const void *act,
     }
 }
 
-static const dsq_linear_vtable g_dense = {"dense", dense_rows_f32, dense_act_bytes, NULL, dense_dot_rows, NULL, NULL, NULL};
+static const dsq_linear_vtable g_dense = {"dense", dense_rows_f32, dense_act_bytes, NULL, dense_dot_rows, NULL, NULL,
+                                          NULL};
 
 /* ---- GGUF block types through the quant-type table ---- */
 
@@ -84,8 +85,8 @@ static void ggml_dot_rows(const dsq_linear *W, const float *x, const void *act, 
     for (int64_t r = r0; r < r1; r++) dot(W->in, &y[r - r0], row_ptr(W, r), act);
 }
 
-static const dsq_linear_vtable g_ggml = {"ggml", ggml_rows_f32, ggml_act_bytes, ggml_act_prepare, ggml_dot_rows,
-                                         NULL, NULL, NULL};
+static const dsq_linear_vtable g_ggml = {"ggml",        ggml_rows_f32, ggml_act_bytes, ggml_act_prepare,
+                                         ggml_dot_rows, NULL,          NULL,           NULL};
 /* A block type we can read but not dot (no vec_dot, or its activation type
  * cannot be produced): batched path only. */
 static const dsq_linear_vtable g_ggml_nodot = {"ggml", ggml_rows_f32, NULL, NULL, NULL, NULL, NULL, NULL};
@@ -144,7 +145,8 @@ dsq_status dsq_linear_from_tensor(dsq_linear *W, const dsq_tensor *t)
 dsq_status dsq_linear_set_bias(dsq_linear *W, dsq_type t, const void *bias, int64_t n)
 {
     if (n != W->out)
-        return dsq_fail(DSQ_ERR_FORMAT, "linear bias has %lld values for %lld outputs", (long long)n, (long long)W->out);
+        return dsq_fail(DSQ_ERR_FORMAT, "linear bias has %lld values for %lld outputs", (long long)n,
+                        (long long)W->out);
     free(W->owned_bias);
     W->owned_bias = NULL;
     if (t == DSQ_TYPE_F32) {
@@ -223,7 +225,8 @@ static dsq_status forward_tiled(const dsq_linear *W, const float *x, float *y, i
     if (tl.items < threads) threads = (int)tl.items;
     int64_t lda = bf16 ? dsq_gemm_bf16_lda(W->in) : W->in;
     size_t tile_b = ((size_t)tl.nc * (size_t)W->in * sizeof(float) + 63) & ~(size_t)63;
-    size_t gemm_b = bf16 ? dsq_gemm_bf16_scratch_bytes(tl.nc, W->in) : dsq_gemm_scratch_floats(tl.nc, W->in) * sizeof(float);
+    size_t gemm_b =
+        bf16 ? dsq_gemm_bf16_scratch_bytes(tl.nc, W->in) : dsq_gemm_scratch_floats(tl.nc, W->in) * sizeof(float);
     size_t per = tile_b + ((gemm_b + 63) & ~(size_t)63);
     uint16_t *xb = bf16 ? malloc((size_t)n_tok * (size_t)lda * sizeof *xb) : NULL;
     char *scratch = aligned_alloc(64, per * (size_t)threads);
@@ -238,8 +241,8 @@ static dsq_status forward_tiled(const dsq_linear *W, const float *x, float *y, i
         if (bf16) {
 #pragma omp for schedule(static)
             for (int t = 0; t < n_tok; t++)
-                dsq_gemm_bf16_round_rows(x + (size_t)t * (size_t)W->in, W->in, 1, W->in,
-                                         xb + (size_t)t * (size_t)lda, lda);
+                dsq_gemm_bf16_round_rows(x + (size_t)t * (size_t)W->in, W->in, 1, W->in, xb + (size_t)t * (size_t)lda,
+                                         lda);
         }
         float *tile = (float *)(scratch + per * (size_t)omp_get_thread_num());
         void *gs = (char *)tile + tile_b;
@@ -298,7 +301,7 @@ typedef enum path { PATH_GEMM, PATH_BF16, PATH_GEMV } path;
 static dsq_status forward_on(const dsq_linear *W, const float *x, float *y, int n_tok, path p)
 {
     if (n_tok <= 0) return DSQ_OK;
-    if (W->vt->forward) return W->vt->forward(W, x, y, n_tok);
+    if (W->vt->forward) return W->vt->forward(W, x, y, n_tok, p != PATH_GEMV);
     float *xq = NULL;
     if (W->vt->input_f32) {
         xq = malloc((size_t)n_tok * (size_t)W->in * sizeof *xq);

@@ -55,23 +55,25 @@ typedef struct dsq_linear_vtable {
      * from x (FP8 activations rounded with their scales). Every path then runs
      * on xq. NULL: x itself. */
     dsq_status (*input_f32)(const dsq_linear *W, const float *x, float *xq, int n_tok);
-    /* Optional: the storage's own product, used by every path (gemm, gemv,
-     * bf16) instead of the generic ones (INT8 activations times INT8 weights
-     * in int32, kernels/gemm_i8.h). NULL: the generic paths. */
-    dsq_status (*forward)(const dsq_linear *W, const float *x, float *y, int n_tok);
+    /* Optional: the storage's own product, used by every path instead of the
+     * generic ones (INT8 activations times INT8 weights in int32,
+     * kernels/gemm_i8.h; FP8 times FP8 with exact products). batched: called
+     * for the gemm and bf16 paths, else for the decode path. NULL: the
+     * generic paths. */
+    dsq_status (*forward)(const dsq_linear *W, const float *x, float *y, int n_tok, bool batched);
 } dsq_linear_vtable;
 
 struct dsq_linear {
     dsq_linear_kind kind;
     const dsq_linear_vtable *vt;
-    int64_t in, out;    /* W is [out x in] */
-    dsq_type type;      /* element or block type of data */
-    const void *data;   /* out rows of row_bytes each */
+    int64_t in, out;  /* W is [out x in] */
+    dsq_type type;    /* element or block type of data */
+    const void *data; /* out rows of row_bytes each */
     size_t row_bytes;
-    const float *bias;  /* [out] or NULL */
-    void *owned;        /* freed by dsq_linear_release: a copy of data, if any */
-    float *owned_bias;  /* freed by dsq_linear_release */
-    void *priv;         /* state of later storage kinds */
+    const float *bias; /* [out] or NULL */
+    void *owned;       /* freed by dsq_linear_release: a copy of data, if any */
+    float *owned_bias; /* freed by dsq_linear_release */
+    void *priv;        /* state of later storage kinds */
 };
 
 /* A view of [out x in] weights of type t (nothing copied). Fails for a type no

@@ -38,6 +38,8 @@
 #include "formats/hf_tokenizer.h"
 #include "formats/safetensors.h"
 #include "kernels/cpu.h"
+#include "quantizers/w8.h"
+#include "runtime/linear.h"
 #include "runtime/model.h"
 #include "tests/helpers/failalloc.h"
 #include "tests/helpers/testutil.h"
@@ -363,6 +365,34 @@ static int check_failure(const char *op, long n, dsq_status s, const char *out, 
     return bad;
 }
 
+/* The 8-bit linear storage: construction and the batched and decode
+ * products of the INT8 (int32 GEMM) and FP8 (code product; block scales
+ * through rounded inputs) schemes. Nothing is written to out. */
+static dsq_status op_linear_w8(const char *out)
+{
+    (void)out;
+    enum { R = 40, C = 72, T = 9 };
+    static float w[R * C], x[T * C], y[T * R];
+    for (int i = 0; i < R * C; i++) w[i] = (float)((i * 7919) % 61) / 30.0f - 1.0f;
+    for (int i = 0; i < T * C; i++) x[i] = (float)((i * 104729) % 53) / 26.0f - 1.0f;
+    dsq_w8_scheme sch[3] = {dsq_w8_scheme_w8a8(false), dsq_w8_scheme_fp8_dynamic(), dsq_w8_scheme_fp8_block()};
+    sch[2].block_rows = sch[2].block_cols = sch[2].act_group = 32;
+    dsq_status s = DSQ_OK;
+    for (int k = 0; k < 3 && s == DSQ_OK; k++) {
+        dsq_w8q q;
+        dsq_failalloc_pause(true);
+        expect_ok(dsq_w8q_quantize(w, R, C, &sch[k], "w", &q));
+        dsq_failalloc_pause(false);
+        dsq_linear W;
+        s = dsq_linear_init_w8(&W, &q);
+        if (s == DSQ_OK) s = dsq_linear_forward_gemm(&W, x, y, T);
+        if (s == DSQ_OK) s = dsq_linear_forward_gemv(&W, x, y, 2);
+        dsq_linear_release(&W);
+        dsq_w8q_free(&q);
+    }
+    return s;
+}
+
 /* One run with allocation n failing (0: none) in a fresh output folder. */
 static dsq_status run_once(op_fn fn, long n, char **out_dir, long *count)
 {
@@ -434,6 +464,7 @@ static void test_gptq_export(void **state) { (void)state; sweep("GPTQ layer 0 ->
 static void test_awq_export(void **state) { (void)state; sweep("AWQ layer 0 -> INT writer (awq)", op_awq_export); }
 static void test_tokenizer_to_gguf(void **state) { (void)state; sweep("tokenizer hf->gguf", op_tokenizer_to_gguf); }
 static void test_tokenizer_to_hf(void **state) { (void)state; sweep("tokenizer gguf->hf", op_tokenizer_to_hf); }
+static void test_linear_w8(void **state) { (void)state; sweep("8-bit linear storage (init, gemm, gemv)", op_linear_w8); }
 
 int main(void)
 {
@@ -452,6 +483,7 @@ int main(void)
         cmocka_unit_test(test_quantize_gguf),     cmocka_unit_test(test_quantize_hf),
         cmocka_unit_test(test_quantize_threads),  cmocka_unit_test(test_gptq_export),
         cmocka_unit_test(test_awq_export),
+        cmocka_unit_test(test_linear_w8),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

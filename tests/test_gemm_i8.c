@@ -4,6 +4,7 @@
  * 0), on the extreme bytes (-128 against -128, 127, -127 everywhere: the
  * cases where vpmaddubsw would saturate and vpsignb wraps), and the threaded
  * driver. Paths the CPU lacks are skipped with a message naming them. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +18,7 @@
 #include "core/status.h"
 #include "kernels/cpu.h"
 #include "kernels/gemm_i8.h"
+#include "quantizers/w8.h"
 #include "tests/helpers/testutil.h"
 
 static uint64_t g_seed = 0x18ee5a1dull;
@@ -139,12 +141,76 @@ static void test_parallel_and_refusals(void **state)
     free(A), free(B), free(C), free(R);
 }
 
+/* The vectorized activation quantizer gives dsq_w8_act_quantize's bytes and
+ * scale: dynamic and static scales, ties, clamping, zeros, NaN and Inf. */
+static void test_quantize_act(void **state)
+{
+    float s_ref = 0, s_simd = 0;
+    int8_t probe;
+    if (!dsq_gemm_i8_quantize_act((const float[]){1.0f}, 1, 0, &probe, &s_simd)) {
+        DSQ_TEST_SKIP_ENV("the INT8 activation quantizer has no SIMD path on this CPU (it needs avx512f+avx512bw)");
+    }
+    uint64_t seed = 4242;
+    for (int n = 1; n <= 300; n += (n < 40 ? 1 : 37))
+        for (int v = 0; v < 5; v++) {
+            float *x = malloc((size_t)n * sizeof *x);
+            uint8_t *cr = malloc((size_t)n);
+            int8_t *cs = malloc((size_t)n);
+            for (int i = 0; i < n; i++) x[i] = dsq_test_randn(&seed) * 3.0f;
+            if (v == 1) /* exact ties at scale 1: amax 127, halves */
+                for (int i = 0; i < n; i++) x[i] = i == 0 ? 127.0f : (float)(i % 9) - 4.5f;
+            if (v == 2 && n > 3) x[1] = NAN, x[2] = -x[0];
+            if (v == 3)
+                for (int i = 0; i < n; i++) x[i] = 0.0f;
+            float sin = v == 4 ? 0.01f : 0.0f; /* static: most values clamp */
+            if (v == 2 && n > 5) x[3] = INFINITY;
+            s_ref = dsq_w8_act_quantize(DSQ_W8_INT8, x, n, sin, cr);
+            assert_true(dsq_gemm_i8_quantize_act(x, n, sin, cs, &s_simd));
+            if (memcmp(&s_ref, &s_simd, sizeof s_ref))
+                fail_msg("n %d case %d: scale %g vs %g", n, v, (double)s_simd, (double)s_ref);
+            for (int i = 0; i < n; i++)
+                if ((int8_t)cr[i] != cs[i])
+                    fail_msg("n %d case %d: code %d of x %g is %d, reference %d", n, v, i, (double)x[i], cs[i],
+                             (int8_t)cr[i]);
+            free(x), free(cr), free(cs);
+        }
+    dsq_cpu_set_isa(DSQ_CPU_ISA_SCALAR);
+    assert_false(dsq_gemm_i8_quantize_act((const float[]){1.0f}, 1, 0, &probe, &s_simd));
+    dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+}
+
+/* The int8 x F32 row dot on both paths against a double sum. */
+static void test_dot_f32(void **state)
+{
+    uint64_t seed = 31;
+    for (int64_t n = 1; n <= 300; n += n < 70 ? 1 : 41) {
+        int8_t *w = malloc((size_t)n);
+        float *x = malloc((size_t)n * sizeof *x);
+        fill(w, (size_t)n, FILL_MIXED);
+        double ref = 0, mag = 0;
+        for (int64_t i = 0; i < n; i++) {
+            x[i] = dsq_test_randn(&seed);
+            ref += (double)w[i] * x[i];
+            mag += fabs((double)w[i] * x[i]);
+        }
+        dsq_cpu_set_isa(DSQ_CPU_ISA_SCALAR);
+        float d0 = dsq_gemm_i8_dot_f32(w, x, n);
+        dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+        float d1 = dsq_gemm_i8_dot_f32(w, x, n);
+        if (fabs(d0 - ref) > 1e-6 * mag || fabs(d1 - ref) > 1e-6 * mag)
+            fail_msg("n %lld: %g (scalar) / %g, reference %g", (long long)n, (double)d0, (double)d1, ref);
+        free(w), free(x);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paths),
         cmocka_unit_test(test_extreme_sums),
         cmocka_unit_test(test_parallel_and_refusals),
+        cmocka_unit_test(test_quantize_act),
+        cmocka_unit_test(test_dot_f32),
     };
     return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }
