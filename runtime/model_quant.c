@@ -594,6 +594,14 @@ dsq_status dsq_hfq_load_kv(const dsq_hfq *q, const dsq_st_model *st, int64_t lay
     float *dst[2] = {k_scale, v_scale};
     for (int i = 0; i < 2; i++) {
         int64_t idx = dsq_st_model_find(st, names[i]);
+        if (idx < 0 && q->w8_format != DSQ_INT_FORMAT_MODELOPT) {
+            /* older llm-compressor folders: k_proj.output_scale / v_proj.output_scale
+             * (vLLM fp8.py get_cache_scale maps them to attn.k_scale / v_scale) */
+            char legacy[160];
+            snprintf(legacy, sizeof legacy, "model.layers.%lld.self_attn.%s_proj.output_scale", (long long)layer,
+                     i ? "v" : "k");
+            idx = dsq_st_model_find(st, legacy);
+        }
         if (idx < 0) {
             /* vLLM's fp8 config has no KV key: the scales are optional there */
             if (!q->kv_fp8) continue;

@@ -721,8 +721,9 @@ static void test_edge_blocks(void **state)
     free(w);
 }
 
-/* Copies src's model.safetensors into dst without the tensor `drop`, with config.json. */
-static void copy_without(const char *src, const char *dst, const char *drop)
+/* Copies src's model.safetensors into dst with the tensor `from` renamed `to`
+ * (to NULL: left out), and config.json. */
+static void copy_renamed(const char *src, const char *dst, const char *from, const char *to)
 {
     assert_int_equal(mkdir(dst, 0755), 0);
     char *cfg = join(src, "config.json"), *text = NULL;
@@ -737,13 +738,14 @@ static void copy_without(const char *src, const char *dst, const char *drop)
     for (size_t i = 0; i < st->n_tensors; i++) {
         dsq_tensor t;
         expect_ok(dsq_st_model_view(st, i, &t));
-        if (strcmp(t.name, drop) != 0) expect_ok(dsq_st_writer_add(w, t.name, t.type, t.n_dims, t.shape));
+        bool hit = !strcmp(t.name, from);
+        if (!hit || to) expect_ok(dsq_st_writer_add(w, hit ? to : t.name, t.type, t.n_dims, t.shape));
     }
     expect_ok(dsq_st_writer_begin(w));
     for (size_t i = 0; i < st->n_tensors; i++) {
         dsq_tensor t;
         expect_ok(dsq_st_model_view(st, i, &t));
-        if (strcmp(t.name, drop) != 0) expect_ok(dsq_st_writer_write(w, t.data, t.nbytes));
+        if (strcmp(t.name, from) != 0 || to) expect_ok(dsq_st_writer_write(w, t.data, t.nbytes));
     }
     expect_ok(dsq_st_writer_finish(w));
     dsq_st_writer_free(w);
@@ -768,11 +770,19 @@ static void test_hostile_folder(void **state)
         {"model.layers.0.self_attn.k_proj.weight_scale", "model.layers.0.self_attn.k_proj.weight_scale is missing"},
         {"model.layers.1.self_attn.v_scale", "model.layers.1.self_attn.v_scale is missing"},
     };
+    /* older llm-compressor KV names: self_attn.k_proj.output_scale */
+    char *old = join(tmp, "old");
+    copy_renamed(out, old, "model.layers.1.self_attn.k_scale", "model.layers.1.self_attn.k_proj.output_scale");
+    dsq_model *mo;
+    expect_ok(dsq_model_open(old, &mo));
+    assert_true(mo->layers[1].k_scale == 0.02f + 0.01f && mo->layers[1].v_scale == 0.03f + 0.01f);
+    dsq_model_close(mo);
+    free(old);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[32];
         snprintf(name, sizeof name, "bad%zu", i);
         char *bad = join(tmp, name);
-        copy_without(out, bad, cases[i].drop);
+        copy_renamed(out, bad, cases[i].drop, NULL);
         dsq_model *q = NULL;
         expect_fail(dsq_model_open(bad, &q), cases[i].needle, bad, NULL);
         assert_null(q);
