@@ -137,8 +137,10 @@ static dsq_status plan_layer(dsq_int_writer *w, int64_t l)
         int64_t out, in;
         dsq_block_linear_shape(d, src->arch, id, &out, &in);
         module_name(w, l, id, mod, sizeof mod);
-        if (src->quantized[l * d->n_linears + id] && w->spec->w8) DSQ_TRY(plan_w8(w, mod, id, out, in));
-        else if (src->quantized[l * d->n_linears + id]) DSQ_TRY(plan_packed(w, mod, out, in));
+        if (src->quantized[l * d->n_linears + id] && w->spec->w8)
+            DSQ_TRY(plan_w8(w, mod, id, out, in));
+        else if (src->quantized[l * d->n_linears + id])
+            DSQ_TRY(plan_packed(w, mod, out, in));
         else {
             snprintf(name, sizeof name, "%s.weight", mod);
             DSQ_TRY(add_f16(w, name, 2, out, in));
@@ -170,12 +172,14 @@ static dsq_status check_spec(const dsq_int_spec *sp)
         return dsq_fail(DSQ_ERR_ARG, "int writer: unknown format %d (awq, gptq, compressed-tensors, fp8, modelopt)",
                         (int)sp->format);
     if (!sp->w8 && eight_bit_only)
-        return dsq_fail(DSQ_ERR_ARG, "--format %s stores 8-bit schemes only (dsquant fp8); INTn weights go to awq, "
-                                     "gptq or compressed-tensors",
+        return dsq_fail(DSQ_ERR_ARG,
+                        "--format %s stores 8-bit schemes only (dsquant fp8); INTn weights go to awq, "
+                        "gptq or compressed-tensors",
                         dsq_int_format_name(sp->format));
     if (sp->w8 && !eight_bit_only && sp->format != DSQ_INT_FORMAT_CT)
-        return dsq_fail(DSQ_ERR_ARG, "--format %s stores INTn weights only; 8-bit schemes go to compressed-tensors, "
-                                     "fp8 or modelopt",
+        return dsq_fail(DSQ_ERR_ARG,
+                        "--format %s stores INTn weights only; 8-bit schemes go to compressed-tensors, "
+                        "fp8 or modelopt",
                         dsq_int_format_name(sp->format));
     if (sp->kv_fp8 && !sp->w8) return dsq_fail(DSQ_ERR_ARG, "int writer: FP8 KV-cache scales come with 8-bit schemes");
     return sp->w8 ? dsq_w8_format_check(sp->format, &sp->w8s) : DSQ_OK;
@@ -286,7 +290,8 @@ static dsq_status pack_one(dsq_int_writer *w, const dsq_intq *q, dsq_packed *out
     case DSQ_INT_FORMAT_GPTQ: s = dsq_gptq_pack(q, DSQ_GPTQ_FORMAT_V1, DSQ_TYPE_F16, out, &wrapped); break;
     case DSQ_INT_FORMAT_FP8:
     case DSQ_INT_FORMAT_MODELOPT:
-        s = dsq_fail(DSQ_ERR_UNSUPPORTED, "int writer: %s stores 8-bit schemes only", dsq_int_format_name(w->spec->format));
+        s = dsq_fail(DSQ_ERR_UNSUPPORTED, "int writer: %s stores 8-bit schemes only",
+                     dsq_int_format_name(w->spec->format));
         break;
     }
     w->n_wrapped += wrapped;
@@ -387,7 +392,8 @@ static dsq_status w8_of(const dsq_int_writer *w, const dsq_int_layer *l, int id,
                         const dsq_w8q **out)
 {
     bool planned = w->src->quantized[(int64_t)l->layer * n_lin(w) + id];
-    if (planned && !l->q8[id]) return dsq_fail(DSQ_ERR_ARG, "%s: planned 8-bit but the layer has no 8-bit weight", module);
+    if (planned && !l->q8[id])
+        return dsq_fail(DSQ_ERR_ARG, "%s: planned 8-bit but the layer has no 8-bit weight", module);
     if (!planned && l->q8[id]) return dsq_fail(DSQ_ERR_ARG, "%s: has an 8-bit weight but was planned dense", module);
     *out = l->q8[id];
     return DSQ_OK;
@@ -408,8 +414,10 @@ dsq_status dsq_int_writer_layer(dsq_int_writer *w, const dsq_int_layer *l)
         char mod[200];
         module_name(w, l->layer, id, mod, sizeof mod);
         if (w->spec->w8) DSQ_TRY(w8_of(w, l, id, mod, &q8));
-        if (q8) DSQ_TRY(write_w8(w, q8, k, out, in, mod));
-        else if (l->q[id]) DSQ_TRY(write_packed(w, l->q[id], k));
+        if (q8)
+            DSQ_TRY(write_w8(w, q8, k, out, in, mod));
+        else if (l->q[id])
+            DSQ_TRY(write_packed(w, l->q[id], k));
         else {
             DSQ_TRY(write_dense(w, l->w[id], out, in, k));
             DSQ_TRY(note_skipped(w, l->layer, id));
@@ -452,8 +460,8 @@ static dsq_status ct_config(const dsq_int_writer *w, cJSON **out)
     if (!ign) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < w->n_skipped; i++) ign[i] = w->skipped[i];
     ign[w->n_skipped] = "lm_head";
-    dsq_ct_config c = {a->bits, a->group, a->sym, a->act_order ? (a->static_groups ? "weight" : "group") : NULL, ign,
-                       w->n_skipped + 1};
+    dsq_ct_config c = {a->bits, a->group,        a->sym, a->act_order ? (a->static_groups ? "weight" : "group") : NULL,
+                       ign,     w->n_skipped + 1};
     dsq_status s = dsq_ct_config_json(&c, out);
     free(ign);
     return s;
@@ -465,8 +473,8 @@ static dsq_status gptq_config(const dsq_int_writer *w, cJSON **out)
     /* desc_act says a g_idx reorders the groups; act-order with static groups
      * keeps groups in column order (trivial g_idx), which vLLM loads (it
      * refuses desc_act true) */
-    dsq_gptq_config c = {a->bits, a->group, a->damp, a->act_order && !a->static_groups, a->static_groups, a->sym, true,
-                         DSQ_GPTQ_FORMAT_V1};
+    dsq_gptq_config c = {a->bits,          a->group, a->damp, a->act_order && !a->static_groups,
+                         a->static_groups, a->sym,   true,    DSQ_GPTQ_FORMAT_V1};
     DSQ_TRY(dsq_gptq_config_json(&c, out));
     if (!w->n_skipped) return DSQ_OK;
     /* GPTQ configs have no standard skip list; transformers' quantizers read this key */
@@ -566,8 +574,10 @@ static dsq_status copy_file(const dsq_outdir *d, const char *src_dir, const char
     dsq_status s = dsq_outdir_file(d, name, path, sizeof path);
     if (s == DSQ_OK) s = dsq_outfile_open(path, false, &f);
     if (s == DSQ_OK) s = dsq_outfile_write(f, text, len);
-    if (s == DSQ_OK) s = dsq_outfile_commit(f);
-    else dsq_outfile_abort(f);
+    if (s == DSQ_OK)
+        s = dsq_outfile_commit(f);
+    else
+        dsq_outfile_abort(f);
     free(text);
     return s;
 }
@@ -589,9 +599,9 @@ static dsq_status write_side_files(const dsq_outdir *d, const dsq_int_writer *w)
     DSQ_TRY(write_config(d, w));
     const dsq_checkpoint *c = w->src->ckpt;
     if (c->kind == DSQ_CKPT_HF_DIR) {
-        static const char *const names[] = {"tokenizer.json",     "tokenizer_config.json", "special_tokens_map.json",
-                                            "tokenizer.model",    "vocab.json",            "merges.txt",
-                                            "added_tokens.json",  "chat_template.jinja",   "chat_template.json"};
+        static const char *const names[] = {
+            "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",   "vocab.json",
+            "merges.txt",     "added_tokens.json",     "chat_template.jinja",     "chat_template.json"};
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) DSQ_TRY(copy_file(d, c->path, names[i]));
         char gp[4096];
         DSQ_TRY(dsq_path_join(gp, sizeof gp, c->path, "generation_config.json"));

@@ -49,8 +49,8 @@ typedef struct dsq_hfq {
     /* DSQ_HFQ_W8 */
     dsq_int_format w8_format; /* CT, FP8 or MODELOPT: tensor names and skip-list matching */
     dsq_w8_scheme w8;
-    bool kv_fp8;      /* FP8 KV-cache scales must be there (fp8: read when present) */
-    char *dir;        /* the folder, for messages */
+    bool kv_fp8; /* FP8 KV-cache scales must be there (fp8: read when present) */
+    char *dir;   /* the folder, for messages */
 } dsq_hfq;
 
 /* Reads dir/config.json's quantization_config (method NONE when absent). */
