@@ -83,6 +83,9 @@ static void test_paths(void **state)
             }
         check_shape(p, 17, 70, 4096, 0, FILL_MIXED); /* several row blocks and token blocks */
         check_shape(p, 3, 9, 2049, 1, FILL_EXTREME);
+        check_shape(p, 32, 48, 130, 17, FILL_EXTREME); /* full AMX token tiles, a row range inside a panel */
+        check_shape(p, 33, 100, 64, 3, FILL_MIXED);
+        check_shape(p, 48, 31, 1, 0, FILL_RANDOM);
     }
     assert_true(ran >= 1); /* the scalar path always runs */
 }
