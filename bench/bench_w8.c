@@ -3,8 +3,9 @@
  * For each weight shape (out x in) and token count m it times, best of --reps
  * (each rep at least 0.1 s of calls):
  *   i8 gemm    dsq_gemm_i8_parallel on prepared INT8 weights (the kernel alone)
- *   i8 avxvnni / i8 avx2  the same kernel forced onto the AVX-VNNI and AVX2 paths,
- *              where the CPU has them (the dispatcher takes the best one)
+ *   i8 vnni512 / avxvnni / avx2  the same product forced onto the AVX512-VNNI,
+ *              AVX-VNNI and AVX2 paths, where the CPU has them (the dispatcher
+ *              takes AMX-INT8 from 16 tokens where present, else the best of these)
  *   w8a8 fwd   dsq_linear_forward of the INT8 storage (W8A8 dynamic: per-token
  *              quantization of x, the kernel, the scale epilogue)
  *   fp8 fwd    dsq_linear_forward of the FP8 storage (FP8 dynamic: x rounded
@@ -81,6 +82,7 @@ static void cpu_model(char *buf, size_t cap)
 
 typedef enum op {
     OP_I8,
+    OP_I8_VNNI512,
     OP_I8_VNNI256,
     OP_I8_AVX2,
     OP_W8A8,
@@ -119,6 +121,7 @@ static void run_op(bench_case *c, op o)
     dsq_status s = DSQ_OK;
     switch (o) {
     case OP_I8: dsq_gemm_i8_parallel(&c->iw, c->m, c->xa, c->in, c->acc, c->out); break;
+    case OP_I8_VNNI512: i8_on_path(c, DSQ_GEMM_I8_AVX512_VNNI); break;
     case OP_I8_VNNI256: i8_on_path(c, DSQ_GEMM_I8_AVX_VNNI); break;
     case OP_I8_AVX2: i8_on_path(c, DSQ_GEMM_I8_AVX2); break;
     case OP_W8A8: s = dsq_linear_forward(&c->w8a8, c->x, c->y, c->m); break;
@@ -262,8 +265,8 @@ int main(int argc, char **argv)
     cpu_model(model, sizeof model);
     printf("cpu: %s; threads %d; int8 path %s; bf16 gemm %s\n", model, dsq_cpu_threads(),
            dsq_gemm_i8_path_name(dsq_gemm_i8_best_path()), dsq_cpu_use_bf16_gemm() ? "avx512_bf16" : "scalar/f32");
-    static const char *names[N_OPS] = {"i8 gemm",  "i8 avxvnni", "i8 avx2",  "w8a8 fwd", "fp8 fwd",
-                                       "f32 gemm", "bf16 gemm",  "f32 gemv", "memcpy"};
+    static const char *names[N_OPS] = {"i8 gemm", "i8 vnni512", "i8 avxvnni", "i8 avx2",  "w8a8 fwd",
+                                       "fp8 fwd", "f32 gemm",   "bf16 gemm",  "f32 gemv", "memcpy"};
     printf("%-10s %4s | %-9s %9s %8s | i8 vs: f32  bf16  gemv  memcpy\n", "shape", "m", "op", "GOP/s", "GB/s");
     for (int si = 0; si < o.n_shapes; si++)
         for (int mi = 0; mi < o.n_ms; mi++) {
@@ -273,6 +276,7 @@ int main(int argc, char **argv)
             double t[N_OPS] = {0};
             for (int k = 0; k < N_OPS; k++) {
                 if (k == OP_F32_GEMV && m > DSQ_LINEAR_GEMV_MAX_TOKENS) continue;
+                if (k == OP_I8_VNNI512 && !dsq_gemm_i8_path_available(DSQ_GEMM_I8_AVX512_VNNI)) continue;
                 if (k == OP_I8_VNNI256 && !dsq_gemm_i8_path_available(DSQ_GEMM_I8_AVX_VNNI)) continue;
                 if (k == OP_I8_AVX2 && !dsq_gemm_i8_path_available(DSQ_GEMM_I8_AVX2)) continue;
                 t[k] = time_op(&c, (op)k, o.reps);

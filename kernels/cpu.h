@@ -14,8 +14,9 @@
  * opmask + ZMM for AVX512, the tile state for AMX. So "yes" means an
  * instruction of that extension runs, not just that CPUID lists it.
  * AMX caveat: Linux also wants each process to ask for the tile data state
- * (arch_prctl ARCH_REQ_XCOMP_PERM) before its first tile instruction; a future
- * AMX kernel must do that, dsq_cpu_has() never does (it has no side effects). */
+ * (arch_prctl ARCH_REQ_XCOMP_PERM) before its first tile instruction; the AMX
+ * kernel does that (dsq_gemm_i8_amx_ready in kernels/gemm_i8_amx.c),
+ * dsq_cpu_has() never does (it has no side effects). */
 typedef enum dsq_cpu_feature {
     DSQ_CPU_AVX2,
     DSQ_CPU_FMA,

@@ -16,7 +16,24 @@ void dsq_gemm_i8_w_free(dsq_gemm_i8_w *w)
     free(w->row_sums);
     free(w->m128_off);
     free(w->m128_col);
+    free(w->amx_b);
     memset(w, 0, sizeof *w);
+}
+
+/* The AMX tile layout of B (see gemm_i8_amx.c): for each panel of 16 rows,
+ * for each 4 columns of k, the 16 rows' 4 bytes; zeros past n and k. */
+static bool pack_amx(dsq_gemm_i8_w *w)
+{
+    int64_t panels = (w->n + 15) / 16;
+    w->kp = (w->k + 63) / 64 * 64;
+    w->amx_b = calloc((size_t)(panels * 16 * w->kp), 1);
+    if (!w->amx_b) return false;
+    for (int64_t r = 0; r < w->n; r++) {
+        uint8_t *panel = w->amx_b + (r / 16) * 16 * w->kp;
+        const int8_t *b = w->B + r * w->ldb;
+        for (int64_t c = 0; c < w->k; c++) panel[(c / 4) * 64 + (r % 16) * 4 + c % 4] = (uint8_t)b[c];
+    }
+    return true;
 }
 
 dsq_status dsq_gemm_i8_prepare(dsq_gemm_i8_w *w, const int8_t *B, int64_t n, int64_t k, int64_t ldb)
@@ -48,6 +65,7 @@ dsq_status dsq_gemm_i8_prepare(dsq_gemm_i8_w *w, const int8_t *B, int64_t n, int
             if (B[r * ldb + c] == -128) w->m128_col[at++] = (int32_t)c;
     }
     w->m128_off[n] = at;
+    if (dsq_gemm_i8_path_available(DSQ_GEMM_I8_AMX) && !pack_amx(w)) goto nomem;
     return DSQ_OK;
 nomem:
     dsq_gemm_i8_w_free(w);
@@ -56,7 +74,7 @@ nomem:
 
 const char *dsq_gemm_i8_path_name(dsq_gemm_i8_path p)
 {
-    static const char *const names[DSQ_GEMM_I8_N_PATHS] = {"scalar", "avx2", "avx_vnni", "avx512_vnni"};
+    static const char *const names[DSQ_GEMM_I8_N_PATHS] = {"scalar", "avx2", "avx_vnni", "avx512_vnni", "amx_int8"};
     return (unsigned)p < DSQ_GEMM_I8_N_PATHS ? names[p] : "?";
 }
 
@@ -69,6 +87,7 @@ bool dsq_gemm_i8_path_available(dsq_gemm_i8_path p)
     case DSQ_GEMM_I8_AVX_VNNI: return dsq_cpu_has(DSQ_CPU_AVX2) && dsq_cpu_has(DSQ_CPU_AVX_VNNI);
     case DSQ_GEMM_I8_AVX512_VNNI:
         return dsq_cpu_has(DSQ_CPU_AVX512F) && dsq_cpu_has(DSQ_CPU_AVX512BW) && dsq_cpu_has(DSQ_CPU_AVX512_VNNI);
+    case DSQ_GEMM_I8_AMX: return dsq_cpu_has(DSQ_CPU_AMX_INT8) && dsq_gemm_i8_amx_ready();
 #endif
     default: return false;
     }
@@ -79,7 +98,7 @@ dsq_gemm_i8_path dsq_gemm_i8_best_path(void)
     /* dsq_cpu_use_avx2() is false exactly when the scalar reference is forced
      * (or the CPU has no AVX2, and then it has none of the others either) */
     if (!dsq_cpu_use_avx2()) return DSQ_GEMM_I8_SCALAR;
-    for (int p = DSQ_GEMM_I8_AVX512_VNNI; p > DSQ_GEMM_I8_SCALAR; p--)
+    for (int p = DSQ_GEMM_I8_N_PATHS - 1; p > DSQ_GEMM_I8_SCALAR; p--)
         if (dsq_gemm_i8_path_available((dsq_gemm_i8_path)p)) return (dsq_gemm_i8_path)p;
     return DSQ_GEMM_I8_SCALAR;
 }
@@ -105,6 +124,7 @@ void dsq_gemm_i8_rows(dsq_gemm_i8_path p, const dsq_gemm_i8_w *w, int64_t r0, in
     case DSQ_GEMM_I8_AVX2: dsq_gemm_i8_rows_avx2(w, r0, r1, m, A, lda, C, ldc); return;
     case DSQ_GEMM_I8_AVX_VNNI: dsq_gemm_i8_rows_avx_vnni(w, r0, r1, m, A, lda, C, ldc); return;
     case DSQ_GEMM_I8_AVX512_VNNI: dsq_gemm_i8_rows_avx512_vnni(w, r0, r1, m, A, lda, C, ldc); return;
+    case DSQ_GEMM_I8_AMX: dsq_gemm_i8_rows_amx(w, r0, r1, m, A, lda, C, ldc); return;
 #endif
     default: dsq_gemm_i8_ref(m, r1 - r0, w->k, A, lda, w->B + r0 * w->ldb, w->ldb, C, ldc); return;
     }
@@ -147,6 +167,8 @@ float dsq_gemm_i8_dot_f32(const int8_t *w, const float *x, int64_t n)
 void dsq_gemm_i8_parallel(const dsq_gemm_i8_w *w, int64_t m, const int8_t *A, int64_t lda, int32_t *C, int64_t ldc)
 {
     dsq_gemm_i8_path p = dsq_gemm_i8_best_path();
+    if (p == DSQ_GEMM_I8_AMX && (m < 16 || !w->amx_b)) /* a sparse tile, or weights prepared before */
+        p = dsq_gemm_i8_path_available(DSQ_GEMM_I8_AVX512_VNNI) ? DSQ_GEMM_I8_AVX512_VNNI : DSQ_GEMM_I8_AVX2;
     int64_t items = (w->n + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM;
     int threads = dsq_cpu_threads();
     if (items < threads) threads = (int)items;

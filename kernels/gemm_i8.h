@@ -18,6 +18,10 @@
  *    difference, -a at each column where b = -128, is added from a per-row
  *    list made once (dsq_gemm_i8_prepare). With |u| <= 128 and |v| <= 127 a
  *    pair sum is within [-32512, 32512]: no saturation.
+ *  - AMX-INT8 (tdpbssd: signed x signed byte tiles into int32): exact as it
+ *    stands, on weights packed at preparation into its tile layout (another
+ *    copy of B, made only where the CPU and OS run AMX). Used for 16 tokens and
+ *    more; fewer fill a 16-row tile too sparsely to beat AVX512-VNNI.
  *  - scalar: the reference.
  *
  * The weights are prepared once (row sums, the -128 lists) and the prepared
@@ -37,6 +41,7 @@ typedef enum dsq_gemm_i8_path {
     DSQ_GEMM_I8_AVX2,
     DSQ_GEMM_I8_AVX_VNNI,
     DSQ_GEMM_I8_AVX512_VNNI,
+    DSQ_GEMM_I8_AMX, /* AMX-INT8 tiles; dsq_gemm_i8_parallel uses it from 16 tokens */
     DSQ_GEMM_I8_N_PATHS
 } dsq_gemm_i8_path;
 
@@ -46,13 +51,15 @@ typedef struct dsq_gemm_i8_w {
     int32_t *row_sums; /* [n]: sum of each row (the VNNI offset correction) */
     int64_t *m128_off; /* [n + 1]: row r's -128 columns are m128_col[m128_off[r] .. m128_off[r+1]) */
     int32_t *m128_col;
+    int64_t kp;     /* AMX: k rounded up to 64 */
+    uint8_t *amx_b; /* AMX: [ceil(n/16)] panels of [kp/4][16 rows][4] bytes, zero padded; NULL without AMX */
 } dsq_gemm_i8_w;
 
 /* Prepares B [n x k] (rows ldb bytes apart) for every path. */
 dsq_status dsq_gemm_i8_prepare(dsq_gemm_i8_w *w, const int8_t *B, int64_t n, int64_t k, int64_t ldb);
 void dsq_gemm_i8_w_free(dsq_gemm_i8_w *w);
 
-/* "scalar", "avx2", "avx_vnni", "avx512_vnni". */
+/* "scalar", "avx2", "avx_vnni", "avx512_vnni", "amx_int8". */
 const char *dsq_gemm_i8_path_name(dsq_gemm_i8_path p);
 /* Whether this CPU (and OS) runs path p. */
 bool dsq_gemm_i8_path_available(dsq_gemm_i8_path p);
@@ -93,6 +100,10 @@ void dsq_gemm_i8_rows_avx_vnni(const dsq_gemm_i8_w *w, int64_t r0, int64_t r1, i
                                int32_t *C, int64_t ldc);
 void dsq_gemm_i8_rows_avx512_vnni(const dsq_gemm_i8_w *w, int64_t r0, int64_t r1, int64_t m, const int8_t *A,
                                   int64_t lda, int32_t *C, int64_t ldc);
+void dsq_gemm_i8_rows_amx(const dsq_gemm_i8_w *w, int64_t r0, int64_t r1, int64_t m, const int8_t *A, int64_t lda,
+                          int32_t *C, int64_t ldc);
+/* Asks Linux once for the AMX tile state (arch_prctl); false where refused or not Linux/x86-64. */
+bool dsq_gemm_i8_amx_ready(void);
 float dsq_gemm_i8_quantize_act_avx512(const float *x, int64_t n, float scale_in, int8_t *codes);
 float dsq_gemm_i8_dot_f32_avx512(const int8_t *w, const float *x, int64_t n);
 

@@ -83,6 +83,9 @@ static void test_paths(void **state)
             }
         check_shape(p, 17, 70, 4096, 0, FILL_MIXED); /* several row blocks and token blocks */
         check_shape(p, 3, 9, 2049, 1, FILL_EXTREME);
+        check_shape(p, 32, 48, 130, 17, FILL_EXTREME); /* full AMX token tiles, a row range inside a panel */
+        check_shape(p, 33, 100, 64, 3, FILL_MIXED);
+        check_shape(p, 48, 31, 1, 0, FILL_RANDOM);
     }
     assert_true(ran >= 1); /* the scalar path always runs */
 }
@@ -113,7 +116,7 @@ static void test_extreme_sums(void **state)
 
 static void test_parallel_and_refusals(void **state)
 {
-    int64_t m = 13, n = 333, k = 517;
+    int64_t m = 21, n = 333, k = 517; /* 16+ tokens: AMX where the CPU has it */
     int8_t *A = malloc((size_t)(m * k)), *B = malloc((size_t)(n * k));
     int32_t *C = malloc((size_t)(m * n) * sizeof *C), *R = malloc((size_t)(m * n) * sizeof *R);
     fill(A, (size_t)(m * k), FILL_MIXED);
