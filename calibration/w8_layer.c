@@ -74,10 +74,23 @@ dsq_status dsq_seq_w8_from_gptq(dsq_seq_layer *s, int id)
         for (int64_t c = 0; c < q->cols; c++)
             o->codes[r * q->cols + c] = (uint8_t)(int8_t)((int)q->codes[r * q->cols + c] - 128);
     }
+    /* s->w[id] holds GPTQ's dequantized weights: the INT8 weight must give them bit for bit */
+    size_t n = (size_t)(q->rows * q->cols);
+    float *chk = malloc(n * sizeof *chk);
+    dsq_status st = chk ? dsq_w8q_dequantize(o, chk) : dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", name);
+    for (size_t i = 0; st == DSQ_OK && i < n; i++)
+        if (memcmp(&chk[i], &s->w[id][i], sizeof *chk))
+            st = dsq_fail(DSQ_ERR_NUMERIC, "%s: INT8 weight [%zu] %g differs from GPTQ's %g", name, i / (size_t)q->cols,
+                          (double)chk[i], (double)s->w[id][i]);
+    free(chk);
+    if (st != DSQ_OK) {
+        dsq_w8q_free(o);
+        return st;
+    }
     s->has_q8[id] = true;
     s->has_q[id] = false;
     dsq_intq_free(&s->q[id]);
-    return dsq_w8q_dequantize(o, s->w[id]);
+    return DSQ_OK;
 }
 
 /* ---- the last pass ---- */
