@@ -80,7 +80,7 @@ dsq_status dsq_seq_w8_from_gptq(dsq_seq_layer *s, int id)
     dsq_status st = chk ? dsq_w8q_dequantize(o, chk) : dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", name);
     for (size_t i = 0; st == DSQ_OK && i < n; i++)
         if (memcmp(&chk[i], &s->w[id][i], sizeof *chk))
-            st = dsq_fail(DSQ_ERR_NUMERIC, "%s: INT8 weight [%zu] %g differs from GPTQ's %g", name, i / (size_t)q->cols,
+            st = dsq_fail(DSQ_ERR_NUMERIC, "%s: INT8 weight in row %zu (%g) differs from GPTQ's (%g)", name, i / (size_t)q->cols,
                           (double)chk[i], (double)s->w[id][i]);
     free(chk);
     if (st != DSQ_OK) {
