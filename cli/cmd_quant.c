@@ -34,7 +34,12 @@ static const char g_usage[] =
     "  --group G              group size along the input (default 128; -1: per channel)\n"
     "  --zero-point           asymmetric groups with a zero point (default for awq)\n"
     "  --no-zero-point, --sym symmetric groups (default for gptq and rtn)\n"
-    "  --act-order            gptq: columns by decreasing Hessian diagonal (desc_act)\n"
+    "  --act-order            gptq: columns in decreasing Hessian-diagonal order, group\n"
+    "                         parameters from static groups: no g_idx, desc_act false\n"
+    "                         (vLLM refuses desc_act true)\n"
+    "  --desc-act             gptq: act-order with groups cut along that order, stored\n"
+    "                         with a g_idx and desc_act true (--format gptq only; for\n"
+    "                         transformers/AutoGPTQ/GPTQModel, which vLLM does not load)\n"
     "  --static-groups        gptq: group parameters from the original weights\n"
     "  --damp F               gptq: dampening fraction of mean diag(H) (default 0.01)\n"
     "  --format F             awq | gptq | compressed-tensors (default: awq for awq,\n"
@@ -63,7 +68,7 @@ typedef struct qargs {
     const char *model, *out, *calib;
     int bits, group, n_samples, seqlen, threads, eval_ctx, eval_chunks, loss_samples;
     int sym; /* -1: the format's default */
-    bool act_order, static_groups, skip, force, eval, json;
+    bool act_order, desc_act, static_groups, skip, force, eval, json;
     double damp;
     int fmt; /* -1: the method's default */
     int compute; /* -1 auto, 0 f32, 1 bf16 */
@@ -136,6 +141,7 @@ static int parse_opt(int argc, char **argv, int *i, void *user)
     if (!strcmp(opt, "--zero-point")) a->sym = 0;
     else if (!strcmp(opt, "--no-zero-point") || !strcmp(opt, "--sym")) a->sym = 1;
     else if (!strcmp(opt, "--act-order")) a->act_order = true;
+    else if (!strcmp(opt, "--desc-act")) a->desc_act = true;
     else if (!strcmp(opt, "--static-groups")) a->static_groups = true;
     else if (!strcmp(opt, "--skip-indivisible")) a->skip = true;
     else if (!strcmp(opt, "--force")) a->force = true;
@@ -165,6 +171,10 @@ static int parse(int argc, char **argv, qargs *a)
     }
     if (a->fmt < 0) a->fmt = (int)a->method->default_format;
     if (a->sym < 0) a->sym = a->fmt == DSQ_INT_FORMAT_AWQ ? 0 : 1;
+    /* vLLM refuses desc_act true: --act-order keeps GPTQ's column order but takes
+     * group parameters from static groups (no g_idx); --desc-act is the g_idx layout */
+    if (a->desc_act) a->act_order = true;
+    else if (a->act_order) a->static_groups = true;
     if (!a->seqlen) a->seqlen = a->method->default_seqlen ? a->method->default_seqlen : 512;
     return 0;
 }
@@ -181,17 +191,20 @@ static dsq_status check_args(const qargs *a)
         return dsq_fail(DSQ_ERR_ARG, "--format awq stores 4-bit weights only (got --w-bit %d); use gptq or "
                                      "compressed-tensors",
                         a->bits);
-    if (a->fmt == DSQ_INT_FORMAT_AWQ && a->act_order && !a->static_groups)
-        return dsq_fail(DSQ_ERR_ARG, "--format awq has no g_idx: --act-order needs --static-groups there");
+    if (a->desc_act && a->static_groups)
+        return dsq_fail(DSQ_ERR_ARG, "--desc-act cuts groups along the act order; --static-groups keeps them in "
+                                     "column order (that is --act-order)");
+    if (a->fmt == DSQ_INT_FORMAT_AWQ && a->desc_act)
+        return dsq_fail(DSQ_ERR_ARG, "--format awq has no g_idx: use --act-order (static groups) instead of --desc-act");
     /* compressed-tensors >= 0.10 refuses actorder "group" (g_idx) when loading */
-    if (a->fmt == DSQ_INT_FORMAT_CT && a->act_order && !a->static_groups)
+    if (a->fmt == DSQ_INT_FORMAT_CT && a->desc_act)
         return dsq_fail(DSQ_ERR_ARG, "--format compressed-tensors: current compressed-tensors removed act-order "
-                                     "with g_idx (actorder \"group\"); add --static-groups (actorder \"weight\") "
-                                     "or use --format gptq");
+                                     "with g_idx (actorder \"group\"); use --act-order (actorder \"weight\") "
+                                     "or --format gptq");
     if (a->method == &dsq_method_awq && a->group == -1)
         return dsq_fail(DSQ_ERR_ARG, "awq needs a group size (AutoAWQ has no per-channel search)");
-    if ((a->act_order || a->static_groups) && a->method != &dsq_method_gptq)
-        return dsq_fail(DSQ_ERR_ARG, "--act-order and --static-groups are GPTQ options");
+    if ((a->act_order || a->desc_act || a->static_groups) && a->method != &dsq_method_gptq)
+        return dsq_fail(DSQ_ERR_ARG, "--act-order, --desc-act and --static-groups are GPTQ options");
     if (a->loss_samples > 0 && a->method != &dsq_method_awq)
         return dsq_fail(DSQ_ERR_ARG, "--loss-samples is an AWQ option");
     if (a->loss_samples > a->n_samples)
@@ -337,6 +350,9 @@ static dsq_status eval_result(const qargs *a, dsq_model *m, const dsq_tokenizer 
 static dsq_status run(const qargs *a)
 {
     DSQ_TRY(check_args(a));
+    if (a->act_order && !a->desc_act)
+        DSQ_LOGI("--act-order: GPTQ runs in act order with static groups, written with desc_act false and no g_idx "
+                 "(vLLM loads it; --desc-act writes the g_idx layout instead)");
     results r;
     memset(&r, 0, sizeof r);
     dsq_model *m = NULL;

@@ -2,6 +2,7 @@
 #include "formats/int_writer.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,8 @@
 #include "formats/pack_awq.h"
 #include "formats/pack_ct.h"
 #include "formats/pack_gptq.h"
+#include "formats/pack_w8.h"
+#include "formats/pack_w8_config.h"
 #include "formats/safetensors.h"
 
 struct dsq_int_writer {
@@ -74,6 +77,46 @@ static dsq_status plan_packed(dsq_int_writer *w, const char *module, int64_t out
     return s;
 }
 
+/* vLLM fuses the linears that read one input (qkv_proj, gate_up_proj). */
+static bool fused(const dsq_block_desc *d, int id)
+{
+    int ids[DSQ_BLOCK_MAX_LINEARS];
+    return dsq_block_group_members(d, d->linears[id].group, ids, DSQ_BLOCK_MAX_LINEARS) > 1;
+}
+
+static dsq_status plan_w8(dsq_int_writer *w, const char *module, int id, int64_t out, int64_t in)
+{
+    const dsq_int_spec *sp = w->spec;
+    char name[256];
+    snprintf(name, sizeof name, "%s.weight", module);
+    DSQ_TRY(dsq_w8_tiling_check(&sp->w8s, out, in, fused(w->src->block, id), name));
+    if (sp->w8s.wgran == DSQ_W8_W_BLOCK && w->src->permute_qk && w->src->block->linears[id].perm != DSQ_PERMUTE_NONE)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED,
+                        "%s: block scales of llama.cpp-permuted q/k rows cannot be unpermuted; convert the GGUF "
+                        "to a Hugging Face folder first (dsquant convert)",
+                        name);
+    dsq_packed pk;
+    DSQ_TRY(dsq_w8_pack_shape(sp->format, &sp->w8s, out, in, &pk));
+    dsq_status s = DSQ_OK;
+    for (int i = 0; s == DSQ_OK && i < pk.n; i++) {
+        snprintf(name, sizeof name, "%s.%s", module, pk.t[i].suffix);
+        s = dsq_st_writer_add(w->st, name, pk.t[i].type, pk.t[i].n_dims, pk.t[i].shape);
+    }
+    dsq_packed_free(&pk);
+    return s;
+}
+
+/* FP8 KV-cache scales of layer l, where the format's loader reads them. */
+static dsq_status plan_kv(dsq_int_writer *w, int64_t l)
+{
+    char k[160], v[160];
+    const int64_t one[1] = {1};
+    dsq_w8_kv_names(w->spec->format, l, k, v, sizeof k);
+    int nd = dsq_w8_kv_ndims(w->spec->format);
+    DSQ_TRY(dsq_st_writer_add(w->st, k, DSQ_TYPE_F32, nd, one));
+    return dsq_st_writer_add(w->st, v, DSQ_TYPE_F32, nd, one);
+}
+
 static dsq_status add_f16(dsq_int_writer *w, const char *name, int n_dims, int64_t d0, int64_t d1)
 {
     int64_t shape[2] = {d0, d1};
@@ -94,7 +137,8 @@ static dsq_status plan_layer(dsq_int_writer *w, int64_t l)
         int64_t out, in;
         dsq_block_linear_shape(d, src->arch, id, &out, &in);
         module_name(w, l, id, mod, sizeof mod);
-        if (src->quantized[l * d->n_linears + id]) DSQ_TRY(plan_packed(w, mod, out, in));
+        if (src->quantized[l * d->n_linears + id] && w->spec->w8) DSQ_TRY(plan_w8(w, mod, id, out, in));
+        else if (src->quantized[l * d->n_linears + id]) DSQ_TRY(plan_packed(w, mod, out, in));
         else {
             snprintf(name, sizeof name, "%s.weight", mod);
             DSQ_TRY(add_f16(w, name, 2, out, in));
@@ -104,7 +148,7 @@ static dsq_status plan_layer(dsq_int_writer *w, int64_t l)
             DSQ_TRY(add_f16(w, name, 1, out, 0));
         }
     }
-    return DSQ_OK;
+    return w->spec->w8 && w->spec->kv_fp8 ? plan_kv(w, l) : DSQ_OK;
 }
 
 static dsq_status plan_tensors(dsq_int_writer *w)
@@ -118,6 +162,25 @@ static dsq_status plan_tensors(dsq_int_writer *w)
     return DSQ_OK;
 }
 
+/* What the spec asks for at all, before any file exists. */
+static dsq_status check_spec(const dsq_int_spec *sp)
+{
+    bool eight_bit_only = sp->format == DSQ_INT_FORMAT_FP8 || sp->format == DSQ_INT_FORMAT_MODELOPT;
+    if (sp->format < DSQ_INT_FORMAT_AWQ || sp->format > DSQ_INT_FORMAT_MODELOPT)
+        return dsq_fail(DSQ_ERR_ARG, "int writer: unknown format %d (awq, gptq, compressed-tensors, fp8, modelopt)",
+                        (int)sp->format);
+    if (!sp->w8 && eight_bit_only)
+        return dsq_fail(DSQ_ERR_ARG, "--format %s stores 8-bit schemes only (dsquant fp8); INTn weights go to awq, "
+                                     "gptq or compressed-tensors",
+                        dsq_int_format_name(sp->format));
+    if (sp->w8 && !eight_bit_only && sp->format != DSQ_INT_FORMAT_CT)
+        return dsq_fail(DSQ_ERR_ARG, "--format %s stores INTn weights only; 8-bit schemes go to compressed-tensors, "
+                                     "fp8 or modelopt",
+                        dsq_int_format_name(sp->format));
+    if (sp->kv_fp8 && !sp->w8) return dsq_fail(DSQ_ERR_ARG, "int writer: FP8 KV-cache scales come with 8-bit schemes");
+    return sp->w8 ? dsq_w8_format_check(sp->format, &sp->w8s) : DSQ_OK;
+}
+
 dsq_status dsq_int_writer_new(const char *dir, const dsq_int_source *src, const dsq_int_spec *spec,
                               dsq_int_writer **out)
 {
@@ -126,7 +189,8 @@ dsq_status dsq_int_writer_new(const char *dir, const dsq_int_source *src, const 
     if (!w) return dsq_fail(DSQ_ERR_NOMEM, "int writer: out of memory");
     w->src = src;
     w->spec = spec;
-    dsq_status s = dsq_st_writer_new(dir, "model", 5000000000ULL, &w->st);
+    dsq_status s = check_spec(spec);
+    if (s == DSQ_OK) s = dsq_st_writer_new(dir, "model", 5000000000ULL, &w->st);
     if (s == DSQ_OK) s = dsq_st_writer_set_meta(w->st, "format", "pt");
     if (s == DSQ_OK) s = plan_tensors(w);
     if (s == DSQ_OK) s = dsq_st_writer_begin(w->st);
@@ -267,23 +331,92 @@ static dsq_status note_skipped(dsq_int_writer *w, int layer, int id)
     return DSQ_OK;
 }
 
+/* An 8-bit linear, its rows back in HF order when the source was a
+ * llama.cpp GGUF (a row permutation moves per-channel scales with their rows;
+ * one scale needs nothing; blocks were refused when planning). */
+static dsq_status write_w8(dsq_int_writer *w, const dsq_w8q *q0, dsq_permute_kind k, int64_t out, int64_t in,
+                           const char *module)
+{
+    if (q0->rows != out || q0->cols != in)
+        return dsq_fail(DSQ_ERR_ARG, "%s: 8-bit weight is %lld x %lld, the model's linear is %lld x %lld", module,
+                        (long long)q0->rows, (long long)q0->cols, (long long)out, (long long)in);
+    if (memcmp(&q0->sch, &w->spec->w8s, sizeof q0->sch) != 0)
+        return dsq_fail(DSQ_ERR_ARG, "%s: quantized under another scheme than the folder's", module);
+    dsq_w8q c;
+    memset(&c, 0, sizeof c);
+    const dsq_w8q *q = q0;
+    dsq_status s = DSQ_OK;
+    if (k != DSQ_PERMUTE_NONE) {
+        const dsq_arch *a = w->src->arch;
+        s = dsq_w8q_alloc(&q0->sch, out, in, &c);
+        if (s == DSQ_OK) {
+            memcpy(c.codes, q0->codes, (size_t)(out * in));
+            memcpy(c.scales, q0->scales, (size_t)(c.n_scale_rows * c.n_scale_cols) * sizeof *c.scales);
+            c.act_scale = q0->act_scale;
+            s = dsq_permute_rows(a, k, false, c.codes, out, (size_t)in, NULL);
+        }
+        if (s == DSQ_OK && c.sch.wgran == DSQ_W8_W_CHANNEL)
+            s = dsq_permute_rows(a, k, false, c.scales, out, sizeof *c.scales, NULL);
+        q = &c;
+    }
+    dsq_packed pk;
+    if (s == DSQ_OK && (s = dsq_w8_pack(w->spec->format, q, &pk)) == DSQ_OK) {
+        for (int i = 0; i < pk.n && s == DSQ_OK; i++) s = dsq_st_writer_write(w->st, pk.t[i].data, pk.t[i].nbytes);
+        dsq_packed_free(&pk);
+    }
+    dsq_w8q_free(&c);
+    return s == DSQ_OK ? s : dsq_fail_context(s, "%s", module);
+}
+
+static dsq_status write_kv(dsq_int_writer *w, const dsq_int_layer *l)
+{
+    const float v[2] = {l->k_scale, l->v_scale};
+    for (int i = 0; i < 2; i++)
+        if (!(isfinite(v[i]) && v[i] > 0.0f))
+            return dsq_fail(DSQ_ERR_ARG, "layer %d: FP8 KV-cache %s_scale is %g (must be finite and positive)",
+                            l->layer, i ? "v" : "k", (double)v[i]);
+    uint8_t b[8];
+    dsq_pack_put_scale(b, 0, DSQ_TYPE_F32, v[0]);
+    dsq_pack_put_scale(b, 1, DSQ_TYPE_F32, v[1]);
+    DSQ_TRY(dsq_st_writer_write(w->st, b, 4));
+    return dsq_st_writer_write(w->st, b + 4, 4);
+}
+
+/* The 8-bit weight a planned linear must carry (and no other). */
+static dsq_status w8_of(const dsq_int_writer *w, const dsq_int_layer *l, int id, const char *module,
+                        const dsq_w8q **out)
+{
+    bool planned = w->src->quantized[(int64_t)l->layer * n_lin(w) + id];
+    if (planned && !l->q8[id]) return dsq_fail(DSQ_ERR_ARG, "%s: planned 8-bit but the layer has no 8-bit weight", module);
+    if (!planned && l->q8[id]) return dsq_fail(DSQ_ERR_ARG, "%s: has an 8-bit weight but was planned dense", module);
+    *out = l->q8[id];
+    return DSQ_OK;
+}
+
 dsq_status dsq_int_writer_layer(dsq_int_writer *w, const dsq_int_layer *l)
 {
     const dsq_block_desc *d = w->src->block;
+    if (l->layer < 0 || l->layer >= w->src->arch->n_layers)
+        return dsq_fail(DSQ_ERR_ARG, "int writer: layer %d of %lld", l->layer, (long long)w->src->arch->n_layers);
     for (int i = 0; i < d->n_norms; i++)
         DSQ_TRY(dsq_int_writer_vector(w, l->norm[i], (size_t)w->src->arch->hidden_size));
     for (int id = 0; id < n_lin(w); id++) {
         dsq_permute_kind k = perm_of(w, id);
         int64_t out, in;
         dsq_block_linear_shape(d, w->src->arch, id, &out, &in);
-        if (l->q[id]) DSQ_TRY(write_packed(w, l->q[id], k));
+        const dsq_w8q *q8 = NULL;
+        char mod[200];
+        module_name(w, l->layer, id, mod, sizeof mod);
+        if (w->spec->w8) DSQ_TRY(w8_of(w, l, id, mod, &q8));
+        if (q8) DSQ_TRY(write_w8(w, q8, k, out, in, mod));
+        else if (l->q[id]) DSQ_TRY(write_packed(w, l->q[id], k));
         else {
             DSQ_TRY(write_dense(w, l->w[id], out, in, k));
             DSQ_TRY(note_skipped(w, l->layer, id));
         }
         if (l->bias[id]) DSQ_TRY(write_dense(w, l->bias[id], out, 1, k));
     }
-    return DSQ_OK;
+    return w->spec->w8 && w->spec->kv_fp8 ? write_kv(w, l) : DSQ_OK;
 }
 
 /* ---- side files ---- */
@@ -329,7 +462,11 @@ static dsq_status ct_config(const dsq_int_writer *w, cJSON **out)
 static dsq_status gptq_config(const dsq_int_writer *w, cJSON **out)
 {
     const dsq_int_spec *a = w->spec;
-    dsq_gptq_config c = {a->bits, a->group, a->damp, a->act_order, a->static_groups, a->sym, true, DSQ_GPTQ_FORMAT_V1};
+    /* desc_act says a g_idx reorders the groups; act-order with static groups
+     * keeps groups in column order (trivial g_idx), which vLLM loads (it
+     * refuses desc_act true) */
+    dsq_gptq_config c = {a->bits, a->group, a->damp, a->act_order && !a->static_groups, a->static_groups, a->sym, true,
+                         DSQ_GPTQ_FORMAT_V1};
     DSQ_TRY(dsq_gptq_config_json(&c, out));
     if (!w->n_skipped) return DSQ_OK;
     /* GPTQ configs have no standard skip list; transformers' quantizers read this key */
@@ -349,8 +486,30 @@ static dsq_status gptq_config(const dsq_int_writer *w, cJSON **out)
     return DSQ_OK;
 }
 
+/* The modules left dense and lm_head, for the 8-bit configs. */
+static dsq_status w8_config(const dsq_int_writer *w, const char ***ign, dsq_w8_config *c)
+{
+    *ign = malloc((w->n_skipped + 1) * sizeof **ign);
+    if (!*ign) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < w->n_skipped; i++) (*ign)[i] = w->skipped[i];
+    (*ign)[w->n_skipped] = "lm_head";
+    *c = (dsq_w8_config){w->spec->format, w->spec->w8s, w->spec->kv_fp8, *ign, w->n_skipped + 1};
+    return DSQ_OK;
+}
+
+static dsq_status w8_quant_config(const dsq_int_writer *w, bool hf_quant, cJSON **out)
+{
+    const char **ign;
+    dsq_w8_config c;
+    DSQ_TRY(w8_config(w, &ign, &c));
+    dsq_status s = hf_quant ? dsq_w8_hf_quant_config_json(&c, out) : dsq_w8_config_json(&c, out);
+    free(ign);
+    return s;
+}
+
 static dsq_status quant_config(const dsq_int_writer *w, cJSON **out)
 {
+    if (w->spec->w8) return w8_quant_config(w, false, out);
     switch (w->spec->format) {
     case DSQ_INT_FORMAT_AWQ:
         return dsq_awq_config_json(w->spec->group, (const char *const *)w->skipped, w->n_skipped, out);
@@ -384,6 +543,13 @@ static dsq_status write_config(const dsq_outdir *d, const dsq_int_writer *w)
     if (s == DSQ_OK) s = write_json(d, "config.json", o);
     if (s == DSQ_OK && w->spec->format == DSQ_INT_FORMAT_GPTQ) s = write_json(d, "quantize_config.json", qc);
     cJSON_Delete(o);
+    /* ModelOpt's unified export writes both; TensorRT-LLM reads hf_quant_config.json */
+    if (s == DSQ_OK && w->spec->w8 && w->spec->format == DSQ_INT_FORMAT_MODELOPT) {
+        cJSON *h = NULL;
+        s = w8_quant_config(w, true, &h);
+        if (s == DSQ_OK) s = write_json(d, "hf_quant_config.json", h);
+        cJSON_Delete(h);
+    }
     return s;
 }
 

@@ -41,7 +41,7 @@ dsq_status dsq_packed_add(dsq_packed *p, const char *suffix, dsq_type type, int 
     if (p->n >= DSQ_PACK_MAX_TENSORS) return dsq_fail(DSQ_ERR_INTERNAL, "pack: too many tensors");
     if (strlen(suffix) >= sizeof p->t[0].suffix) return dsq_fail(DSQ_ERR_INTERNAL, "pack: name %s too long", suffix);
     uint64_t n, bytes;
-    if (n_dims < 1 || n_dims > 2 || !dsq_mul_dims(shape, n_dims, &n) || dsq_type_nbytes(type, n, &bytes) != DSQ_OK)
+    if (n_dims < 0 || n_dims > 2 || !dsq_mul_dims(shape, n_dims, &n) || dsq_type_nbytes(type, n, &bytes) != DSQ_OK)
         return dsq_fail(DSQ_ERR_ARG, "pack: %s has a bad shape", suffix);
     void *d = NULL;
     if (data && !(d = calloc(bytes ? (size_t)bytes : 1, 1)))

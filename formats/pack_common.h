@@ -33,8 +33,8 @@ void dsq_bits_unpack_line(const uint32_t *w, int64_t wstride, int bits, int64_t 
 /* One tensor a packer made; its name in a checkpoint is "<module>.<suffix>". */
 typedef struct dsq_pack_tensor {
     char suffix[32];
-    dsq_type type; /* I32, I64, F16, BF16 or F32; data is little-endian */
-    int n_dims;
+    dsq_type type; /* I32, I64, F16, BF16, F32, I8 or F8_E4M3; data is little-endian */
+    int n_dims;    /* 0 (a scalar, as ModelOpt and AutoFP8 store scales), 1 or 2 */
     int64_t shape[2];
     void *data;
     uint64_t nbytes;

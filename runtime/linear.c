@@ -49,7 +49,7 @@ static void dense_dot_rows(const dsq_linear *W, const float *x, const void *act,
     }
 }
 
-static const dsq_linear_vtable g_dense = {"dense", dense_rows_f32, dense_act_bytes, NULL, dense_dot_rows, NULL};
+static const dsq_linear_vtable g_dense = {"dense", dense_rows_f32, dense_act_bytes, NULL, dense_dot_rows, NULL, NULL, NULL};
 
 /* ---- GGUF block types through the quant-type table ---- */
 
@@ -85,10 +85,10 @@ static void ggml_dot_rows(const dsq_linear *W, const float *x, const void *act, 
 }
 
 static const dsq_linear_vtable g_ggml = {"ggml", ggml_rows_f32, ggml_act_bytes, ggml_act_prepare, ggml_dot_rows,
-                                         NULL};
+                                         NULL, NULL, NULL};
 /* A block type we can read but not dot (no vec_dot, or its activation type
  * cannot be produced): batched path only. */
-static const dsq_linear_vtable g_ggml_nodot = {"ggml", ggml_rows_f32, NULL, NULL, NULL, NULL};
+static const dsq_linear_vtable g_ggml_nodot = {"ggml", ggml_rows_f32, NULL, NULL, NULL, NULL, NULL, NULL};
 
 static bool ggml_can_dot(const dsq_qtype *q)
 {
@@ -264,22 +264,11 @@ static dsq_status forward_tiled(const dsq_linear *W, const float *x, float *y, i
     return DSQ_OK;
 }
 
-dsq_status dsq_linear_forward_gemm(const dsq_linear *W, const float *x, float *y, int n_tok)
-{
-    return forward_tiled(W, x, y, n_tok, false);
-}
-
-dsq_status dsq_linear_forward_bf16(const dsq_linear *W, const float *x, float *y, int n_tok)
-{
-    return forward_tiled(W, x, y, n_tok, true);
-}
-
 #define GEMV_ROWS 16 /* rows per OpenMP work item */
 
-dsq_status dsq_linear_forward_gemv(const dsq_linear *W, const float *x, float *y, int n_tok)
+static dsq_status forward_rows(const dsq_linear *W, const float *x, float *y, int n_tok)
 {
-    if (n_tok <= 0) return DSQ_OK;
-    if (!W->vt->dot_rows) return dsq_linear_forward_gemm(W, x, y, n_tok);
+    if (!W->vt->dot_rows) return forward_tiled(W, x, y, n_tok, false);
     size_t ab = W->vt->act_bytes(W);
     uint8_t *act = NULL;
     if (ab) {
@@ -300,6 +289,45 @@ dsq_status dsq_linear_forward_gemv(const dsq_linear *W, const float *x, float *y
     free(act);
     add_bias(W, y, n_tok);
     return DSQ_OK;
+}
+
+typedef enum path { PATH_GEMM, PATH_BF16, PATH_GEMV } path;
+
+/* Every public product: the storage's own forward when it has one, else the
+ * generic path on the input as the storage rounds it (vt->input_f32). */
+static dsq_status forward_on(const dsq_linear *W, const float *x, float *y, int n_tok, path p)
+{
+    if (n_tok <= 0) return DSQ_OK;
+    if (W->vt->forward) return W->vt->forward(W, x, y, n_tok);
+    float *xq = NULL;
+    if (W->vt->input_f32) {
+        xq = malloc((size_t)n_tok * (size_t)W->in * sizeof *xq);
+        if (!xq) return dsq_fail(DSQ_ERR_NOMEM, "linear: out of memory for %d rounded input rows", n_tok);
+        dsq_status s = W->vt->input_f32(W, x, xq, n_tok);
+        if (s != DSQ_OK) {
+            free(xq);
+            return s;
+        }
+        x = xq;
+    }
+    dsq_status s = p == PATH_GEMV ? forward_rows(W, x, y, n_tok) : forward_tiled(W, x, y, n_tok, p == PATH_BF16);
+    free(xq);
+    return s;
+}
+
+dsq_status dsq_linear_forward_gemm(const dsq_linear *W, const float *x, float *y, int n_tok)
+{
+    return forward_on(W, x, y, n_tok, PATH_GEMM);
+}
+
+dsq_status dsq_linear_forward_bf16(const dsq_linear *W, const float *x, float *y, int n_tok)
+{
+    return forward_on(W, x, y, n_tok, PATH_BF16);
+}
+
+dsq_status dsq_linear_forward_gemv(const dsq_linear *W, const float *x, float *y, int n_tok)
+{
+    return forward_on(W, x, y, n_tok, PATH_GEMV);
 }
 
 dsq_status dsq_linear_forward(const dsq_linear *W, const float *x, float *y, int n_tok)

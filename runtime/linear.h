@@ -2,8 +2,8 @@
  * pass runs the original model and every quantized artifact.
  *
  * The storage is a tagged struct with a function table: dense F32/F16/BF16
- * rows and every GGUF block type of the quant-type table today; INT4/INT8
- * groups and FP8 add a kind and a table later. Weights are usually views into
+ * rows, every GGUF block type of the quant-type table, INT groups
+ * (linear_intq.c) and 8-bit INT8/FP8 weights (linear_w8.c). Weights are usually views into
  * an mmap (nothing copied); `owned` holds what a storage had to allocate.
  *
  * Two compute paths (runtime/linear.c):
@@ -51,6 +51,14 @@ typedef struct dsq_linear_vtable {
     void (*dot_rows)(const dsq_linear *W, const float *x, const void *act, int64_t r0, int64_t r1, float *y);
     /* Frees storage-specific state in priv (NULL when none). */
     void (*release)(dsq_linear *W);
+    /* Optional: the input the storage's numerics multiply, xq[n_tok x in]
+     * from x (FP8 activations rounded with their scales). Every path then runs
+     * on xq. NULL: x itself. */
+    dsq_status (*input_f32)(const dsq_linear *W, const float *x, float *xq, int n_tok);
+    /* Optional: the storage's own product, used by every path (gemm, gemv,
+     * bf16) instead of the generic ones (INT8 activations times INT8 weights
+     * in int32, kernels/gemm_i8.h). NULL: the generic paths. */
+    dsq_status (*forward)(const dsq_linear *W, const float *x, float *y, int n_tok);
 } dsq_linear_vtable;
 
 struct dsq_linear {

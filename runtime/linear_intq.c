@@ -216,7 +216,7 @@ static void intq_release(dsq_linear *W)
 }
 
 static const dsq_linear_vtable g_intq = {"intq", intq_rows_f32, intq_act_bytes, intq_act_prepare, intq_dot_rows,
-                                         intq_release};
+                                         intq_release, NULL, NULL};
 
 /* ---- construction ---- */
 

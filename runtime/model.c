@@ -2,7 +2,9 @@
  * folder each name is mapped to its HF twin with formats/hf_names.h. A folder
  * whose config.json has a quantization_config (AWQ GEMM, GPTQ,
  * compressed-tensors pack-quantized) gets its packed linears as INT group
- * storages (runtime/model_quant.h); the rest of the model loads as usual. */
+ * storages, an 8-bit one (compressed-tensors int/float/naive-quantized, vLLM
+ * fp8, ModelOpt FP8) its linears as 8-bit storages and its FP8 KV-cache
+ * scales (runtime/model_quant.h); the rest of the model loads as usual. */
 #include "runtime/model.h"
 
 #include <stdint.h>
@@ -173,6 +175,8 @@ static dsq_status load_layer(dsq_model *m, const dsq_hfq *qc, int l)
         DSQ_TRY(f32_vector(m, &t, m->dim, &L->norm[i]));
     }
     for (int i = 0; i < m->block->n_linears; i++) DSQ_TRY(load_linear(m, qc, l, i));
+    if (qc->method == DSQ_HFQ_W8 && m->ckpt->kind == DSQ_CKPT_HF_DIR)
+        DSQ_TRY(dsq_hfq_load_kv(qc, m->ckpt->st, l, &L->k_scale, &L->v_scale));
     return DSQ_OK;
 }
 

@@ -30,6 +30,8 @@ typedef struct dsq_layer {
     /* Any storage; callers may swap one for a quantized version (release the
      * old one first or keep it: the model releases what is here at close). */
     dsq_linear lin[DSQ_BLOCK_MAX_LINEARS];
+    /* FP8 KV-cache scales of an 8-bit checkpoint (runtime/model_quant.h), 0 when it has none */
+    float k_scale, v_scale;
 } dsq_layer;
 
 typedef struct dsq_model {

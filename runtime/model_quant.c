@@ -5,6 +5,8 @@
  * ignore); formats/pack_*.h cite the sources of the tensor layouts. */
 #include "runtime/model_quant.h"
 
+#include <fnmatch.h>
+#include <math.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 #include "core/json.h"
 #include "formats/pack_awq.h"
 #include "formats/pack_ct.h"
+#include "formats/pack_w8.h"
 
 #define CONFIG_MAX_BYTES (16u << 20)
 
@@ -25,6 +28,7 @@ void dsq_hfq_free(dsq_hfq *q)
     if (!q) return;
     for (size_t i = 0; i < q->n_skip; i++) free(q->skip[i]);
     free(q->skip);
+    free(q->dir);
     memset(q, 0, sizeof *q);
 }
 
@@ -88,7 +92,8 @@ static dsq_status parse_awq(const cJSON *c, dsq_hfq *q, const char *path)
     if (strcasecmp(version, "gemm") != 0)
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: AWQ version \"%s\" is not supported (only \"gemm\")", path, version);
     DSQ_TRY(int_field(c, "bits", true, 0, &q->bits, path));
-    if (q->bits != 4) return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: AWQ with %d bits is not supported (only 4)", path, q->bits);
+    if (q->bits != 4)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: AWQ with %d bits is not supported (only 4)", path, q->bits);
     DSQ_TRY(int_field(c, "group_size", true, 0, &q->group_size, path));
     bool zero_point = true;
     DSQ_TRY(bool_field(c, "zero_point", true, &zero_point, path));
@@ -120,7 +125,8 @@ static dsq_status parse_ct_group(const cJSON *g, const char *name, dsq_hfq *q, c
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: compressed-tensors group %s quantizes activations (only weight-only)",
                         path, name);
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(g, "weights");
-    if (!cJSON_IsObject(w)) return dsq_fail(DSQ_ERR_FORMAT, "%s: compressed-tensors group %s has no weights", path, name);
+    if (!cJSON_IsObject(w))
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: compressed-tensors group %s has no weights", path, name);
     const char *type = str_field(w, "type", "int"), *strategy = str_field(w, "strategy", "group");
     if (strcmp(type, "int") != 0)
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: compressed-tensors weights of type \"%s\" are not supported (int)",
@@ -145,6 +151,204 @@ static bool targets_linear(const cJSON *g)
     return false;
 }
 
+/* ---- 8-bit schemes (formats/pack_w8.h) ---- */
+
+/* One QuantizationArgs object of an 8-bit scheme (compressed-tensors
+ * quant_args.py: strategy inferred from group_size when absent, symmetric
+ * and dynamic default true / false, block_structure a pair or "RxC"). */
+typedef struct ct_args {
+    dsq_w8_kind kind;
+    const char *strategy;
+    bool dynamic;
+    int group, block[2];
+} ct_args;
+
+static dsq_status ct_block(const cJSON *b, int *out, const char *what, const char *path)
+{
+    if (cJSON_IsString(b) && b->valuestring) {
+        char tail;
+        if (sscanf(b->valuestring, "%dx%d%c", &out[0], &out[1], &tail) == 2 && out[0] > 0 && out[1] > 0) return DSQ_OK;
+    } else if (cJSON_IsArray(b) && cJSON_GetArraySize(b) == 2) {
+        bool ok = true;
+        for (int i = 0; i < 2; i++) {
+            const cJSON *e = cJSON_GetArrayItem(b, i);
+            ok = ok && cJSON_IsNumber(e) && e->valuedouble >= 1 && e->valuedouble <= (1 << 20) &&
+                 e->valuedouble == (double)(int)e->valuedouble;
+            if (ok) out[i] = (int)e->valuedouble;
+        }
+        if (ok) return DSQ_OK;
+    }
+    return dsq_fail(DSQ_ERR_FORMAT, "%s: %s.block_structure is not two positive integers", path, what);
+}
+
+static dsq_status ct_args_parse(const cJSON *a, const char *what, ct_args *out, const char *path)
+{
+    memset(out, 0, sizeof *out);
+    if (!cJSON_IsObject(a)) return dsq_fail(DSQ_ERR_FORMAT, "%s: %s is not an object", path, what);
+    const char *type = str_field(a, "type", "int");
+    if (strcmp(type, "int") != 0 && strcmp(type, "float") != 0)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: %s.type \"%s\" is not supported (int, float)", path, what, type);
+    out->kind = !strcmp(type, "int") ? DSQ_W8_INT8 : DSQ_W8_FP8;
+    int bits = 0, group = 0;
+    bool sym = true;
+    DSQ_TRY(int_field(a, "num_bits", false, 8, &bits, path));
+    if (bits != 8)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: %s.num_bits %d in an 8-bit format (only 8)", path, what, bits);
+    DSQ_TRY(bool_field(a, "symmetric", true, &sym, path));
+    if (!sym) return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: %s is asymmetric (zero points are not supported)", path, what);
+    const cJSON *dyn = cJSON_GetObjectItemCaseSensitive(a, "dynamic");
+    if (dyn && !cJSON_IsNull(dyn) && !cJSON_IsBool(dyn))
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: %s.dynamic is not true or false", path, what);
+    out->dynamic = cJSON_IsTrue(dyn);
+    DSQ_TRY(int_field(a, "group_size", false, 0, &group, path));
+    out->group = group;
+    out->strategy = str_field(a, "strategy", group == -1 ? "channel" : group > 0 ? "group" : "tensor");
+    if (!strcmp(out->strategy, "block"))
+        return ct_block(cJSON_GetObjectItemCaseSensitive(a, "block_structure"), out->block, what, path);
+    return DSQ_OK;
+}
+
+static dsq_status ct_w8_weights(const ct_args *a, dsq_w8_scheme *s, const char *path)
+{
+    s->kind = a->kind;
+    if (a->dynamic) return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: dynamic weight quantization is not supported", path);
+    if (!strcmp(a->strategy, "tensor"))
+        s->wgran = DSQ_W8_W_TENSOR;
+    else if (!strcmp(a->strategy, "channel"))
+        s->wgran = DSQ_W8_W_CHANNEL;
+    else if (!strcmp(a->strategy, "block")) {
+        s->wgran = DSQ_W8_W_BLOCK;
+        s->block_rows = a->block[0], s->block_cols = a->block[1];
+    } else
+        return dsq_fail(DSQ_ERR_UNSUPPORTED,
+                        "%s: 8-bit weights with strategy \"%s\" are not supported (tensor, channel, block)", path,
+                        a->strategy);
+    return DSQ_OK;
+}
+
+static dsq_status ct_w8_inputs(const cJSON *in, dsq_w8_scheme *s, const char *path)
+{
+    if (!in || cJSON_IsNull(in)) {
+        s->act = DSQ_W8_ACT_NONE;
+        return DSQ_OK;
+    }
+    ct_args a;
+    DSQ_TRY(ct_args_parse(in, "input_activations", &a, path));
+    if (a.kind != s->kind)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: %s weights with %s activations are not supported", path,
+                        dsq_w8_kind_name(s->kind), dsq_w8_kind_name(a.kind));
+    if (!strcmp(a.strategy, "token") && a.dynamic)
+        s->act = DSQ_W8_ACT_TOKEN;
+    else if (!strcmp(a.strategy, "tensor") && !a.dynamic)
+        s->act = DSQ_W8_ACT_TENSOR;
+    else if (!strcmp(a.strategy, "group") && a.dynamic && a.group > 0)
+        s->act = DSQ_W8_ACT_GROUP, s->act_group = a.group;
+    else
+        return dsq_fail(DSQ_ERR_UNSUPPORTED,
+                        "%s: %s input activations with strategy \"%s\" are not supported (dynamic token, static "
+                        "tensor, dynamic group)",
+                        path, a.dynamic ? "dynamic" : "static", a.strategy);
+    return DSQ_OK;
+}
+
+/* kv_cache_scheme: null, or FP8 per-tensor (what vLLM's FP8 KV cache takes). */
+static dsq_status kv_scheme(const cJSON *kv, bool *out, const char *path)
+{
+    *out = false;
+    if (!kv || cJSON_IsNull(kv)) return DSQ_OK;
+    ct_args a;
+    DSQ_TRY(ct_args_parse(kv, "kv_cache_scheme", &a, path));
+    if (a.kind != DSQ_W8_FP8 || strcmp(a.strategy, "tensor") != 0 || a.dynamic)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: kv_cache_scheme other than static FP8 per-tensor is not supported",
+                        path);
+    *out = true;
+    return DSQ_OK;
+}
+
+static dsq_status parse_ct_w8(const cJSON *c, const cJSON *g, dsq_hfq *q, const char *path)
+{
+    const cJSON *out = cJSON_GetObjectItemCaseSensitive(g, "output_activations");
+    if (out && !cJSON_IsNull(out))
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: output_activations quantization is not supported", path);
+    ct_args w;
+    DSQ_TRY(ct_args_parse(cJSON_GetObjectItemCaseSensitive(g, "weights"), "weights", &w, path));
+    q->method = DSQ_HFQ_W8;
+    q->w8_format = DSQ_INT_FORMAT_CT;
+    q->bits = 8;
+    DSQ_TRY(ct_w8_weights(&w, &q->w8, path));
+    DSQ_TRY(ct_w8_inputs(cJSON_GetObjectItemCaseSensitive(g, "input_activations"), &q->w8, path));
+    DSQ_TRY_CTX(dsq_w8_scheme_check(&q->w8), "%s", path);
+    DSQ_TRY(kv_scheme(cJSON_GetObjectItemCaseSensitive(c, "kv_cache_scheme"), &q->kv_fp8, path));
+    return skip_list(c, "ignore", q, path);
+}
+
+static bool is_w8_ct_format(const char *f)
+{
+    return !strcmp(f, "int-quantized") || !strcmp(f, "float-quantized") || !strcmp(f, "naive-quantized");
+}
+
+/* vLLM's Fp8Config.from_config: activation_scheme required, weight_block_size
+ * optional (dynamic only), ignored_layers; DeepSeek-V3 adds fmt "e4m3". */
+static dsq_status parse_fp8(const cJSON *c, dsq_hfq *q, const char *path)
+{
+    const char *act = str_field(c, "activation_scheme", NULL), *fmt = str_field(c, "fmt", "e4m3");
+    if (!act) return dsq_fail(DSQ_ERR_FORMAT, "%s: quantization_config.activation_scheme is missing", path);
+    if (strcmp(act, "static") != 0 && strcmp(act, "dynamic") != 0)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: activation_scheme \"%s\" is not supported (static, dynamic)", path,
+                        act);
+    if (strcmp(fmt, "e4m3") != 0)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: fp8 fmt \"%s\" is not supported (e4m3)", path, fmt);
+    q->method = DSQ_HFQ_W8;
+    q->w8_format = DSQ_INT_FORMAT_FP8;
+    q->bits = 8;
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(c, "weight_block_size");
+    bool dynamic = !strcmp(act, "dynamic");
+    if (b && !cJSON_IsNull(b)) {
+        int blk[2];
+        if (!cJSON_IsArray(b)) return dsq_fail(DSQ_ERR_FORMAT, "%s: weight_block_size is not a list", path);
+        DSQ_TRY(ct_block(b, blk, "quantization_config", path));
+        if (!dynamic)
+            return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: weight_block_size needs activation_scheme \"dynamic\"", path);
+        q->w8 = (dsq_w8_scheme){DSQ_W8_FP8, DSQ_W8_W_BLOCK, blk[0], blk[1], DSQ_W8_ACT_GROUP, blk[1]};
+    } else {
+        q->w8 = (dsq_w8_scheme){DSQ_W8_FP8, DSQ_W8_W_TENSOR, 0, 0, dynamic ? DSQ_W8_ACT_TOKEN : DSQ_W8_ACT_TENSOR, 0};
+    }
+    return skip_list(c, "ignored_layers", q, path);
+}
+
+/* ModelOpt: {"quantization": {quant_algo, kv_cache_quant_algo, exclude_modules}}
+ * (hf_quant_config.json, and older config.json) or the flat config.json form
+ * {quant_algo, kv_cache_scheme, ignore} (vLLM modelopt.py from_config). */
+static dsq_status parse_modelopt(const cJSON *c, dsq_hfq *q, const char *path)
+{
+    const cJSON *nested = cJSON_GetObjectItemCaseSensitive(c, "quantization");
+    const cJSON *src = cJSON_IsObject(nested) ? nested : c;
+    const char *algo = str_field(src, "quant_algo", NULL);
+    if (!algo) return dsq_fail(DSQ_ERR_FORMAT, "%s: modelopt config has no quant_algo", path);
+    if (strcasecmp(algo, "FP8") != 0)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: modelopt quant_algo \"%s\" is not supported (FP8)", path, algo);
+    q->method = DSQ_HFQ_W8;
+    q->w8_format = DSQ_INT_FORMAT_MODELOPT;
+    q->bits = 8;
+    q->w8 = dsq_w8_scheme_fp8_static();
+    if (src == nested) {
+        const char *kv = str_field(src, "kv_cache_quant_algo", NULL);
+        if (kv && strcasecmp(kv, "FP8") != 0)
+            return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: kv_cache_quant_algo \"%s\" is not supported (FP8)", path, kv);
+        q->kv_fp8 = kv != NULL;
+        return skip_list(src, "exclude_modules", q, path);
+    }
+    const cJSON *kv = cJSON_GetObjectItemCaseSensitive(c, "kv_cache_scheme");
+    if (kv && !cJSON_IsNull(kv)) {
+        int bits = 0;
+        if (!cJSON_IsObject(kv) || strcmp(str_field(kv, "type", "?"), "float") != 0 ||
+            int_field(kv, "num_bits", true, 0, &bits, path) != DSQ_OK || bits != 8)
+            return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: modelopt kv_cache_scheme other than FP8 is not supported", path);
+        q->kv_fp8 = true;
+    }
+    return skip_list(c, "ignore", q, path);
+}
+
 static dsq_status parse_ct(const cJSON *c, dsq_hfq *q, const char *path)
 {
     const char *fmt = str_field(c, "format", NULL);
@@ -156,13 +360,15 @@ static dsq_status parse_ct(const cJSON *c, dsq_hfq *q, const char *path)
         if (!targets_linear(g))
             return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: compressed-tensors group %s does not target Linear", path,
                             g->string ? g->string : "?");
-        if (found)
-            return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: several compressed-tensors groups target Linear", path);
+        if (found) return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: several compressed-tensors groups target Linear", path);
         found = g;
     }
     if (!fmt) fmt = str_field(found, "format", "?");
+    if (is_w8_ct_format(fmt)) return parse_ct_w8(c, found, q, path);
     if (strcmp(fmt, "pack-quantized") != 0)
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: compressed-tensors format \"%s\" is not supported (pack-quantized)",
+        return dsq_fail(DSQ_ERR_UNSUPPORTED,
+                        "%s: compressed-tensors format \"%s\" is not supported (pack-quantized, int-quantized, "
+                        "float-quantized, naive-quantized)",
                         path, fmt);
     DSQ_TRY(parse_ct_group(found, found->string ? found->string : "?", q, path));
     return skip_list(c, "ignore", q, path);
@@ -184,8 +390,39 @@ static dsq_status parse(const cJSON *c, dsq_hfq *q, const char *path)
         q->method = DSQ_HFQ_CT;
         return parse_ct(c, q, path);
     }
-    return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: quant_method \"%s\" is not supported (awq, gptq, compressed-tensors)",
-                    path, method);
+    if (!strcmp(method, "fp8")) return parse_fp8(c, q, path);
+    if (!strncasecmp(method, "modelopt", 8)) return parse_modelopt(c, q, path);
+    return dsq_fail(DSQ_ERR_UNSUPPORTED,
+                    "%s: quant_method \"%s\" is not supported (awq, gptq, compressed-tensors, fp8, modelopt)", path,
+                    method);
+}
+
+static dsq_status read_json(const char *path, cJSON **out)
+{
+    char *text = NULL;
+    size_t len = 0;
+    DSQ_TRY(dsq_read_file(path, CONFIG_MAX_BYTES, &text, &len));
+    dsq_status why = DSQ_OK;
+    *out = dsq_json_parse(text, len, NULL, &why);
+    free(text);
+    if (*out) return DSQ_OK;
+    return why == DSQ_ERR_NOMEM ? dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", path)
+                                : dsq_fail(DSQ_ERR_FORMAT, "%s: not valid JSON", path);
+}
+
+/* A ModelOpt folder whose config.json has no quantization_config (older
+ * exports) is described by hf_quant_config.json alone, as vLLM reads it. */
+static dsq_status parse_hf_quant_config(const char *dir, dsq_hfq *out)
+{
+    char path[4096];
+    DSQ_TRY(dsq_path_join(path, sizeof path, dir, "hf_quant_config.json"));
+    if (!dsq_exists(path)) return DSQ_OK;
+    cJSON *root;
+    DSQ_TRY(read_json(path, &root));
+    dsq_status s = cJSON_IsObject(root) ? parse_modelopt(root, out, path)
+                                        : dsq_fail(DSQ_ERR_FORMAT, "%s: not a JSON object", path);
+    cJSON_Delete(root);
+    return s;
 }
 
 dsq_status dsq_hfq_from_dir(const char *dir, dsq_hfq *out)
@@ -194,20 +431,18 @@ dsq_status dsq_hfq_from_dir(const char *dir, dsq_hfq *out)
     char path[4096];
     DSQ_TRY(dsq_path_join(path, sizeof path, dir, "config.json"));
     if (!dsq_exists(path)) return DSQ_OK;
-    char *text = NULL;
-    size_t len = 0;
-    DSQ_TRY(dsq_read_file(path, CONFIG_MAX_BYTES, &text, &len));
-    dsq_status why = DSQ_OK;
-    cJSON *root = dsq_json_parse(text, len, NULL, &why);
-    free(text);
-    if (!root) return why == DSQ_ERR_NOMEM ? dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", path)
-                                           : dsq_fail(DSQ_ERR_FORMAT, "%s: not valid JSON", path);
+    cJSON *root;
+    DSQ_TRY(read_json(path, &root));
     const cJSON *qc = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
     dsq_status s = DSQ_OK;
     if (qc && !cJSON_IsNull(qc))
         s = cJSON_IsObject(qc) ? parse(qc, out, path)
                                : dsq_fail(DSQ_ERR_FORMAT, "%s: quantization_config is not an object", path);
+    else
+        s = parse_hf_quant_config(dir, out);
     cJSON_Delete(root);
+    if (s == DSQ_OK && out->method != DSQ_HFQ_NONE && !(out->dir = strdup(dir)))
+        s = dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", path);
     if (s == DSQ_OK && out->method != DSQ_HFQ_NONE && out->bits != 2 && out->bits != 3 && out->bits != 4 &&
         out->bits != 8)
         s = dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: %d-bit weights are not supported (2, 3, 4 or 8)", path, out->bits);
@@ -239,8 +474,11 @@ bool dsq_hfq_skips(const dsq_hfq *q, const char *module)
 {
     for (size_t i = 0; i < q->n_skip; i++) {
         const char *s = q->skip[i];
-        if (q->method == DSQ_HFQ_CT) {
+        bool ct = q->method == DSQ_HFQ_CT || (q->method == DSQ_HFQ_W8 && q->w8_format == DSQ_INT_FORMAT_CT);
+        if (ct) {
             if (!strncmp(s, "re:", 3) ? regex_matches(s + 3, module) : !strcmp(s, module)) return true;
+        } else if (q->method == DSQ_HFQ_W8 && q->w8_format == DSQ_INT_FORMAT_MODELOPT && fnmatch(s, module, 0) == 0) {
+            return true; /* ModelOpt's exclude_modules are wildcards (vLLM modelopt.py is_layer_excluded) */
         } else if (*s && strstr(module, s)) {
             return true;
         }
@@ -265,7 +503,8 @@ static dsq_status need(const dsq_st_model *st, const char *module, const char *s
 {
     bool found;
     DSQ_TRY(part(st, module, suffix, t, &found));
-    if (!found) return dsq_fail(DSQ_ERR_NOT_FOUND, "quantized module %s: tensor %s.%s is missing", module, module, suffix);
+    if (!found)
+        return dsq_fail(DSQ_ERR_NOT_FOUND, "quantized module %s: tensor %s.%s is missing", module, module, suffix);
     return DSQ_OK;
 }
 
@@ -292,6 +531,7 @@ static dsq_status unpack(const dsq_hfq *q, const dsq_st_model *st, const char *m
         DSQ_TRY(part(st, module, "weight_zero_point", &d, &has_d));
         DSQ_TRY(part(st, module, "weight_g_idx", &e, &has_e));
         return dsq_ct_unpack(&a, &b, has_d ? &d : NULL, &c, has_e ? &e : NULL, q->bits, q->group_size, q->sym, iq);
+    case DSQ_HFQ_W8:
     case DSQ_HFQ_NONE: break;
     }
     return dsq_fail(DSQ_ERR_INTERNAL, "quantized module %s: no method", module);
@@ -300,11 +540,89 @@ static dsq_status unpack(const dsq_hfq *q, const dsq_st_model *st, const char *m
 /* The tensor whose presence marks a module as packed. */
 static const char *marker(dsq_hfq_method m) { return m == DSQ_HFQ_CT ? "weight_packed" : "qweight"; }
 
+static bool eight_bit(dsq_type t) { return t == DSQ_TYPE_I8 || t == DSQ_TYPE_F8_E4M3; }
+
+dsq_status dsq_hfq_read_w8(const dsq_hfq *q, const dsq_st_model *st, const char *module, dsq_w8q *out, bool *found)
+{
+    memset(out, 0, sizeof *out);
+    *found = false;
+    if (q->method != DSQ_HFQ_W8) return dsq_fail(DSQ_ERR_INTERNAL, "quantized module %s: not an 8-bit folder", module);
+    const char *ss = dsq_w8_scale_suffix(q->w8_format, &q->w8);
+    dsq_tensor w, sc, in;
+    bool has_w, has_sc, has_in;
+    DSQ_TRY(part(st, module, "weight", &w, &has_w));
+    DSQ_TRY(part(st, module, ss, &sc, &has_sc));
+    /* a float weight is a linear the quantizer left dense (lm_head, ignore) */
+    if (!has_w || !eight_bit(w.type)) {
+        if (has_w && has_sc)
+            return dsq_fail(DSQ_ERR_FORMAT, "%s: %s.weight is %s but %s.%s exists (8-bit weights expected)",
+                            q->dir ? q->dir : "?", module, dsq_type_name(w.type), module, ss);
+        return DSQ_OK;
+    }
+    if (!has_sc)
+        return dsq_fail(DSQ_ERR_NOT_FOUND, "%s: tensor %s.%s is missing (the 8-bit weight's scales)",
+                        q->dir ? q->dir : "?", module, ss);
+    DSQ_TRY(part(st, module, "input_scale", &in, &has_in));
+    dsq_status s = dsq_w8_unpack(&q->w8, &w, &sc, has_in ? &in : NULL, out);
+    if (s != DSQ_OK) return dsq_fail_context(s, "%s", q->dir ? q->dir : "?");
+    *found = true;
+    return DSQ_OK;
+}
+
+static dsq_status load_w8(const dsq_hfq *q, const dsq_st_model *st, const char *module, int64_t out, int64_t in,
+                          dsq_linear *W, bool *loaded)
+{
+    dsq_w8q w8;
+    DSQ_TRY(dsq_hfq_read_w8(q, st, module, &w8, loaded));
+    if (!*loaded) return DSQ_OK;
+    dsq_status s = DSQ_OK;
+    if (w8.rows != out || w8.cols != in)
+        s = dsq_fail(DSQ_ERR_FORMAT, "%s: %s.weight is [%lld x %lld], the model expects [%lld x %lld]", q->dir, module,
+                     (long long)w8.rows, (long long)w8.cols, (long long)out, (long long)in);
+    if (s == DSQ_OK) s = dsq_linear_init_w8(W, &w8);
+    dsq_w8q_free(&w8);
+    if (s != DSQ_OK) *loaded = false;
+    return s;
+}
+
+dsq_status dsq_hfq_load_kv(const dsq_hfq *q, const dsq_st_model *st, int64_t layer, float *k_scale, float *v_scale)
+{
+    *k_scale = *v_scale = 0.0f;
+    if (q->method != DSQ_HFQ_W8) return DSQ_OK;
+    char names[2][160];
+    dsq_w8_kv_names(q->w8_format, layer, names[0], names[1], sizeof names[0]);
+    float *dst[2] = {k_scale, v_scale};
+    for (int i = 0; i < 2; i++) {
+        int64_t idx = dsq_st_model_find(st, names[i]);
+        if (idx < 0) {
+            /* vLLM's fp8 config has no KV key: the scales are optional there */
+            if (!q->kv_fp8) continue;
+            *k_scale = *v_scale = 0.0f;
+            return dsq_fail(DSQ_ERR_NOT_FOUND, "%s: tensor %s is missing (the config has an FP8 KV-cache scheme)",
+                            q->dir ? q->dir : "?", names[i]);
+        }
+        dsq_tensor t;
+        dsq_status s = dsq_st_model_view(st, (size_t)idx, &t);
+        if (s == DSQ_OK) s = dsq_w8_read_scalar(&t, "KV-cache scale", dst[i]);
+        if (s != DSQ_OK) {
+            *k_scale = *v_scale = 0.0f;
+            return dsq_fail_context(s, "%s", q->dir ? q->dir : "?");
+        }
+    }
+    if ((*k_scale > 0.0f) != (*v_scale > 0.0f)) {
+        *k_scale = *v_scale = 0.0f;
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: layer %lld has only one of %s and %s", q->dir ? q->dir : "?",
+                        (long long)layer, names[0], names[1]);
+    }
+    return DSQ_OK;
+}
+
 dsq_status dsq_hfq_load_linear(const dsq_hfq *q, const dsq_st_model *st, const char *module, int64_t out, int64_t in,
                                dsq_linear *W, bool *loaded)
 {
     *loaded = false;
     if (q->method == DSQ_HFQ_NONE || dsq_hfq_skips(q, module)) return DSQ_OK;
+    if (q->method == DSQ_HFQ_W8) return load_w8(q, st, module, out, in, W, loaded);
     dsq_tensor t;
     bool packed;
     DSQ_TRY(part(st, module, marker(q->method), &t, &packed));
