@@ -18,6 +18,7 @@
 #include "core/fileio.h"
 #include "core/log.h"
 #include "core/status.h"
+#include "formats/pack_w8.h"
 #include "kernels/cpu.h"
 #include "runtime/model.h"
 #include "runtime/tokenizer.h"
@@ -227,18 +228,6 @@ static int parse(int argc, char **argv, wargs *a)
     return 0;
 }
 
-/* A scheme the format cannot store: a one-line error naming those that can. */
-static dsq_status check_format(const wargs *a)
-{
-    if (dsq_int_format_expresses((dsq_int_format)a->fmt, &a->scheme)) return DSQ_OK;
-    char desc[96], can[128];
-    dsq_w8_scheme_describe(&a->scheme, desc, sizeof desc);
-    dsq_int_formats_expressing(&a->scheme, can, sizeof can);
-    return dsq_fail(DSQ_ERR_ARG, "--format %s cannot store %s%s (%s); formats that can: %s",
-                    dsq_int_format_name((dsq_int_format)a->fmt), a->sq ? "W8A8" : "--scheme ",
-                    a->sq ? "" : a->scheme_name, desc, can[0] ? can : "none");
-}
-
 /* ---- the run ---- */
 
 typedef struct results {
@@ -297,7 +286,7 @@ static cJSON *alphas_json(const results *r)
         cJSON *o = cJSON_CreateObject();
         for (int g = 0; o && g < r->block->n_groups; g++) {
             float v = r->alphas[(size_t)l * DSQ_BLOCK_MAX_GROUPS + (size_t)g];
-            if (!isnan(v)) cJSON_AddNumberToObject(o, r->block->groups[g].name, v);
+            if (!isnan(v)) cJSON_AddNumberToObject(o, r->block->groups[g].name, round((double)v * 1e6) / 1e6);
         }
         cJSON_AddItemToArray(arr, o);
     }
@@ -370,7 +359,7 @@ static void print_results(const wargs *a, const results *r)
 
 static dsq_status run(const wargs *a)
 {
-    DSQ_TRY(check_format(a));
+    DSQ_TRY(dsq_w8_format_check((dsq_int_format)a->fmt, &a->scheme)); /* one line naming the formats that can */
     if (dsq_exists(a->out) && !a->force)
         return dsq_fail(DSQ_ERR_EXISTS, "%s exists (pass --force to replace it)", a->out);
     results r;

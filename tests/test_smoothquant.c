@@ -9,7 +9,8 @@
  * - the max |x| statistic and the static input scales equal a brute-force
  *   max over the inputs of the quantized model; the FP8 KV scales;
  * - GPTQ's 8-bit codes on the INT8 grid;
- * - NaN/Inf in weights and activations named; CLI refusals. */
+ * - NaN/Inf in weights and activations named; CLI refusals (the format x
+ *   scheme matrix itself is formats/pack_w8.c's, tested by test_w8_artifacts). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -29,7 +30,6 @@
 #include "core/status.h"
 #include "formats/block.h"
 #include "formats/hf_config.h"
-#include "formats/int_artifact.h"
 #include "formats/safetensors.h"
 #include "quantizers/gptq.h"
 #include "quantizers/w8.h"
@@ -632,26 +632,6 @@ static void test_nonfinite_named(void **state)
     dsq_test_rmtmp(dir);
 }
 
-static void test_format_matrix(void **state)
-{
-    (void)state;
-    dsq_w8_scheme w8a8 = dsq_w8_scheme_w8a8(false), dyn = dsq_w8_scheme_fp8_dynamic(), st = dsq_w8_scheme_fp8_static(),
-                  blk = dsq_w8_scheme_fp8_block(), wo = dsq_w8_scheme_fp8_weight_only();
-    assert_true(dsq_int_format_expresses(DSQ_INT_FORMAT_CT, &w8a8) && dsq_int_format_expresses(DSQ_INT_FORMAT_CT, &wo));
-    assert_false(dsq_int_format_expresses(DSQ_INT_FORMAT_FP8, &w8a8));
-    assert_false(dsq_int_format_expresses(DSQ_INT_FORMAT_FP8, &dyn)); /* per-channel weights */
-    assert_true(dsq_int_format_expresses(DSQ_INT_FORMAT_FP8, &st) &&
-                dsq_int_format_expresses(DSQ_INT_FORMAT_FP8, &blk));
-    assert_true(dsq_int_format_expresses(DSQ_INT_FORMAT_MODELOPT, &st));
-    assert_false(dsq_int_format_expresses(DSQ_INT_FORMAT_MODELOPT, &blk));
-    assert_false(dsq_int_format_expresses(DSQ_INT_FORMAT_GPTQ, &st));
-    char buf[128];
-    dsq_int_formats_expressing(&st, buf, sizeof buf);
-    assert_string_equal(buf, "compressed-tensors, fp8, modelopt");
-    dsq_int_formats_expressing(&dyn, buf, sizeof buf);
-    assert_string_equal(buf, "compressed-tensors");
-}
-
 static void test_cli_refusals(void **state)
 {
     (void)state;
@@ -676,7 +656,8 @@ static void test_cli_refusals(void **state)
         {"fp8 %s -o %s --format exl2", 2, "takes compressed-tensors, fp8 or modelopt"},
         {"fp8 %s -o %s --format fp8", 1, "formats that can: compressed-tensors"},
         {"fp8 %s -o %s --scheme block --format modelopt", 1, "formats that can: compressed-tensors, fp8"},
-        {"fp8 %s -o %s --scheme weight-only --format fp8", 1, "cannot store --scheme weight-only"},
+        {"fp8 %s -o %s --scheme weight-only --format fp8", 1,
+         "--format fp8 cannot express fp8 per-channel, weight-only"},
         {"fp8 %s -o %s --smooth-all", 2, "unknown option --smooth-all"},
         {"fp8 %s -o %s --scheme static --n-samples 0", 2, "--n-samples"},
     };
@@ -706,17 +687,11 @@ static void test_cli_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fold_keeps_logits),
-        cmocka_unit_test(test_fold_default_model),
-        cmocka_unit_test(test_smoothing_beats_plain),
-        cmocka_unit_test(test_alpha_auto_never_worse),
-        cmocka_unit_test(test_alpha_auto_driver),
-        cmocka_unit_test(test_amax_brute_force),
-        cmocka_unit_test(test_static_scales_brute_force),
-        cmocka_unit_test(test_gptq_int8_grid),
-        cmocka_unit_test(test_nonfinite_named),
-        cmocka_unit_test(test_format_matrix),
-        cmocka_unit_test(test_cli_refusals),
+        cmocka_unit_test(test_fold_keeps_logits),         cmocka_unit_test(test_fold_default_model),
+        cmocka_unit_test(test_smoothing_beats_plain),     cmocka_unit_test(test_alpha_auto_never_worse),
+        cmocka_unit_test(test_alpha_auto_driver),         cmocka_unit_test(test_amax_brute_force),
+        cmocka_unit_test(test_static_scales_brute_force), cmocka_unit_test(test_gptq_int8_grid),
+        cmocka_unit_test(test_nonfinite_named),           cmocka_unit_test(test_cli_refusals),
     };
     return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }
