@@ -34,6 +34,7 @@
 #include "quantizers/gptq.h"
 #include "quantizers/w8.h"
 #include "runtime/forward.h"
+#include "runtime/linear.h"
 #include "runtime/model.h"
 #include "tests/helpers/testutil.h"
 
@@ -246,10 +247,9 @@ static void test_fold_default_model(void **state)
     if (!model) DSQ_TEST_SKIP();
     dsq_model *m;
     expect_ok(dsq_model_open(model, &m));
-    dsq_calib_set c = tiny_calib(2, 24, m->vocab);
+    dsq_calib_set c = tiny_calib(1, 16, m->vocab);
     dsq_model_close(m);
-    check_fold(model, &c, false, -1);
-    check_fold(model, &c, true, -1);
+    check_fold(model, &c, true, 30 * 3); /* the default groups and up -> down (GQA: no v -> o) */
     dsq_calib_free(&c);
     free(model);
 }
@@ -684,14 +684,88 @@ static void test_cli_refusals(void **state)
     dsq_test_rmtmp(dir);
 }
 
+/* The written folders load back into the runtime as 8-bit linears. */
+static void check_folder(const char *path, dsq_w8_kind kind, dsq_w8_act act, bool kv)
+{
+    dsq_model *m;
+    expect_ok(dsq_model_open(path, &m));
+    for (int64_t l = 0; l < m->arch.n_layers; l++) {
+        for (int id = 0; id < m->block->n_linears; id++) {
+            const dsq_linear *W = &m->layers[l].lin[id];
+            assert_true(dsq_linear_is_w8(W));
+            assert_int_equal(dsq_linear_w8_scheme(W)->kind, kind);
+            assert_int_equal(dsq_linear_w8_scheme(W)->act, act);
+        }
+        if (kv) assert_true(m->layers[l].k_scale > 0 && m->layers[l].v_scale > 0);
+    }
+    dsq_model_close(m);
+}
+
+static void test_cli_runs(void **state)
+{
+    (void)state;
+    char *model = dsq_test_default_model();
+    if (!model) DSQ_TEST_SKIP();
+    char *calib = dsq_test_shared("datasets/tinyshakespeare.txt.zst");
+    if (!calib) {
+        free(model);
+        DSQ_TEST_SKIP();
+    }
+    char *dir = dsq_test_mkdtemp();
+    char cmd[8192], err[4096], p[4096];
+    snprintf(cmd, sizeof cmd,
+             "%s -q smoothquant %s -o %s/sq --calib %s --n-samples 2 --seqlen 32 --act static --smooth-all --threads 2 "
+             "--json > %s/sq.json",
+             DSQ_BINARY, model, dir, calib, dir);
+    if (dsq_test_run(cmd, err, sizeof err) != 0) fail_msg("%s: %s", cmd, err);
+    snprintf(p, sizeof p, "%s/sq.json", dir);
+    char *text;
+    size_t len;
+    expect_ok(dsq_read_file(p, 1 << 20, &text, &len));
+    assert_non_null(strstr(text, "\"scheme\":\t\"w8a8-static\""));
+    assert_non_null(strstr(text, "\"alpha\":\t0.85"));
+    assert_non_null(strstr(text, "\"n_smoothed\":\t90")); /* 30 layers x (q/k/v, gate/up, down); GQA: no v -> o */
+    assert_non_null(strstr(text, "\"mlp_out\":\t0.85"));
+    assert_null(strstr(text, "\"attn_out\""));
+    free(text);
+    snprintf(p, sizeof p, "%s/sq", dir);
+    check_folder(p, DSQ_W8_INT8, DSQ_W8_ACT_TENSOR, false);
+    snprintf(cmd, sizeof cmd, "%s -q fp8 %s -o %s/fp8 --threads 2 --json > %s/fp8.json", DSQ_BINARY, model, dir, dir);
+    if (dsq_test_run(cmd, err, sizeof err) != 0) fail_msg("%s: %s", cmd, err);
+    snprintf(p, sizeof p, "%s/fp8.json", dir);
+    expect_ok(dsq_read_file(p, 1 << 20, &text, &len));
+    assert_non_null(strstr(text, "\"scheme\":\t\"dynamic\""));
+    assert_null(strstr(text, "\"calib\"")); /* dynamic needs no data */
+    free(text);
+    snprintf(p, sizeof p, "%s/fp8", dir);
+    check_folder(p, DSQ_W8_FP8, DSQ_W8_ACT_TOKEN, false);
+    snprintf(cmd, sizeof cmd,
+             "%s -q fp8 %s -o %s/fp8s --scheme static --format fp8 --kv-cache-fp8 --calib %s --n-samples 2 --seqlen 32 "
+             "--threads 2",
+             DSQ_BINARY, model, dir, calib);
+    if (dsq_test_run(cmd, err, sizeof err) != 0) fail_msg("%s: %s", cmd, err);
+    snprintf(p, sizeof p, "%s/fp8s", dir);
+    check_folder(p, DSQ_W8_FP8, DSQ_W8_ACT_TENSOR, true);
+    free(calib);
+    free(model);
+    dsq_test_rmtmp(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fold_keeps_logits),         cmocka_unit_test(test_fold_default_model),
-        cmocka_unit_test(test_smoothing_beats_plain),     cmocka_unit_test(test_alpha_auto_never_worse),
-        cmocka_unit_test(test_alpha_auto_driver),         cmocka_unit_test(test_amax_brute_force),
-        cmocka_unit_test(test_static_scales_brute_force), cmocka_unit_test(test_gptq_int8_grid),
-        cmocka_unit_test(test_nonfinite_named),           cmocka_unit_test(test_cli_refusals),
+        cmocka_unit_test(test_fold_keeps_logits),
+        cmocka_unit_test(test_fold_default_model),
+        cmocka_unit_test(test_smoothing_beats_plain),
+        cmocka_unit_test(test_alpha_auto_never_worse),
+        cmocka_unit_test(test_alpha_auto_driver),
+        cmocka_unit_test(test_amax_brute_force),
+        cmocka_unit_test(test_static_scales_brute_force),
+        cmocka_unit_test(test_gptq_int8_grid),
+        cmocka_unit_test(test_nonfinite_named),
+        cmocka_unit_test(test_cli_refusals),
+        cmocka_unit_test(test_cli_runs),
     };
+    if (getenv("DSQ_TEST_ONLY")) cmocka_set_test_filter(getenv("DSQ_TEST_ONLY")); /* one case by name */
     return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }
