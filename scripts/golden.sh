@@ -84,7 +84,7 @@ convert "$MODEL" hf
 run gguf-q4km gguf hf -o q4km.gguf --type Q4_K_M $T
 run gguf-q6k gguf hf -o q6k.gguf --type Q6_K $T
 run rtn rtn hf -o rtn $T --group 64
-run gptq gptq hf -o gptq --act-order $CALIB $T
+run gptq gptq hf -o gptq --act-order --desc-act $CALIB $T
 run gptq-ct gptq hf -o gptq-ct --format compressed-tensors --act-order --static-groups $CALIB $T
 run awq awq hf -o awq $CALIB $T
 convert q4km.gguf q4km-hf
