@@ -229,12 +229,12 @@ def check_loaded(name, dtype, rec, folder, text_file, base_nll, problems, greedy
     v = -sum(sum(x) for x in rec["logprobs"]) / n_v
     o, n_o = ours_nll(folder, text_file)
     rel = abs(v - o) / o
-    line = (f"{name} ({dtype}): NLL ours {o:.6f} vLLM {v:.6f} (rel {rel:.1e}, tol {tol:.0e}; "
+    line = (f"{name} ({dtype}): NLL ours {o:.6f} vLLM {v:.6f} (rel {rel:.1e}, tol {tol:.1e}; "
             f"{100 * (o - base_nll) / base_nll:+.2f}% from the base)")
     if n_v != n_o:
         problems.append(f"{name}: vLLM scored {n_v} tokens, ours {n_o}")
     if rel > tol:
-        problems.append(f"{name}: mean NLL ours {o:.6f} vs vLLM {v:.6f} (relative {rel:.2e} > {tol:.0e})")
+        problems.append(f"{name}: mean NLL ours {o:.6f} vs vLLM {v:.6f} (relative {rel:.2e} > {tol:.1e})")
     for i, prompt in enumerate(PROMPTS if greedy else []):
         text = ours_text(folder, prompt)
         k, whole = common_prefix(rec, i, text)

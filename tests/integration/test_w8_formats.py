@@ -313,7 +313,7 @@ def check_ct_decompress(name, exp, folder, decoded, problems):
             if bad == 1:
                 problems.append(f"{name}: compressed-tensors decompresses {k} differently "
                                 f"(max diff {np.abs(out - ours).max():.3g})")
-    print(f"{name}: compressed-tensors {type(comp).__name__} decompressed {len(decoded)} linears, {bad} differ",
+    print(f"{name}: compressed-tensors {comp.__name__} decompressed {len(decoded)} linears, {bad} differ",
           flush=True)
 
 
