@@ -270,9 +270,8 @@ def build(models, work):
     for name, model, cmd, _, _ in ARTIFACTS:
         if cmd[0] not in present:
             present[cmd[0]] = has_command(cmd[0])
-        if not present[cmd[0]]:
-            skipped.append(f"{name}: this dsquant has no `{cmd[0]}` command")
-            continue
+        if not present[cmd[0]]:  # every command of the table is part of this tree: its absence is a bug
+            raise SystemExit(f"FAIL {name}: this dsquant has no `{cmd[0]}` command")
         out = os.path.join(work, name)
         t0 = time.time()
         dsquant(cmd[0], models[model], "-o", out, *cmd[1:], "--threads", "2")
