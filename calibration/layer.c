@@ -1,10 +1,12 @@
 /* One layer's working copies and the passes over the calibration samples
  * (calibration/seq_internal.h). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "calibration/seq_internal.h"
+#include "calibration/smooth.h"
 #include "core/fileio.h"
 
 int64_t dsq_seq_lin_out(const dsq_seq_layer *s, int id) { return s->orig[id].out; }
@@ -127,7 +129,10 @@ dsq_status dsq_seq_layer_end(dsq_seq_layer *s, dsq_seq_keep *keep)
         s->installed = false;
     }
     free_copies(s);
-    for (int id = 0; id < s->d->n_linears; id++) dsq_intq_free(&s->q[id]);
+    for (int id = 0; id < s->d->n_linears; id++) {
+        dsq_intq_free(&s->q[id]);
+        dsq_w8q_free(&s->q8[id]);
+    }
     return st;
 }
 
@@ -155,19 +160,43 @@ void dsq_seq_hooks_init(dsq_seq_hooks *h)
     h->stop_after = -1;
 }
 
+/* The rows of x a capture keeps: all, or those below cap_tokens. */
+static int64_t cap_rows(const dsq_seq_hooks *h, int n_tok)
+{
+    if (h->cap_tokens <= 0) return n_tok;
+    int64_t left = h->cap_tokens - h->row0;
+    return left <= 0 ? 0 : left < n_tok ? left : n_tok;
+}
+
 static dsq_status on_linear(void *user, int layer, int which, int expert, const float *x, int n_tok, int64_t in)
 {
     dsq_seq_hooks *h = user;
     if (expert >= 0)
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "calibration: layer %d: expert linears are not calibrated yet", layer);
-    if (h->cap[which]) memcpy(h->cap[which] + h->row0 * in, x, (size_t)n_tok * (size_t)in * sizeof *x);
+    int64_t keep = h->cap[which] ? cap_rows(h, n_tok) : 0;
+    if (keep > 0) memcpy(h->cap[which] + h->row0 * in, x, (size_t)keep * (size_t)in * sizeof *x);
+    if (h->amax[which]) {
+        int64_t bad = dsq_sq_amax_update(h->amax[which], x, n_tok, in);
+        if (bad >= 0) {
+            int64_t tok = h->row0 + bad / in;
+            int sl = h->seqlen > 0 ? h->seqlen : n_tok;
+            return dsq_fail(DSQ_ERR_NUMERIC, "layer %d: the input of %s is %s at sample %lld, token %lld, channel %lld",
+                            layer, h->d ? h->d->linears[which].hf : "a linear", isnan(x[bad]) ? "NaN" : "Inf",
+                            (long long)(tok / sl), (long long)(tok % sl), (long long)(bad % in));
+        }
+    }
     if (h->H[which]) DSQ_TRY(dsq_hessian_add(h->H[which], x, n_tok));
+    if (h->extra) DSQ_TRY(h->extra(h->extra_user, layer, which, expert, x, n_tok, in));
     return which == h->stop_after ? DSQ_STOP : DSQ_OK;
 }
 
 dsq_status dsq_seq_run_pass(dsq_seq_runner *r, int l, int half, const float *in, float *out, int n, dsq_seq_hooks *h)
 {
     size_t rows = (size_t)r->seqlen * (size_t)r->dim;
+    if (h) {
+        h->seqlen = r->seqlen;
+        h->d = dsq_ctx_model(r->ctx)->block;
+    }
     dsq_ctx_set_hooks(r->ctx, h ? on_linear : NULL, NULL, h);
     dsq_status s = DSQ_OK;
     for (int i = 0; i < n && s == DSQ_OK; i++) {

@@ -38,8 +38,10 @@ typedef struct dsq_method {
     /* quantizes layer s: hin holds the samples' hidden states entering the
      * layer, hout receives the states leaving it (the next layer's input);
      * unused when stats is 0 */
-    dsq_status (*layer)(dsq_seq_layer *s, dsq_seq_runner *r, const float *hin, float *hout,
-                        struct dsq_seq_report *rep);
+    dsq_status (*layer)(dsq_seq_layer *s, dsq_seq_runner *r, const float *hin, float *hout, struct dsq_seq_report *rep);
+    /* the statistics under options o, when they depend on them (NULL: stats);
+     * FP8 dynamic needs no data, FP8 static does */
+    unsigned (*stats_for)(const struct dsq_seq_opts *o);
 } dsq_method;
 
 /* The row named `name`, or NULL (no message: a lookup). */
@@ -48,9 +50,20 @@ const dsq_method *dsq_method_find(const char *name);
 const dsq_method *dsq_method_at(int i);
 /* Whether the method runs calibration samples through the model. */
 static inline bool dsq_method_needs_data(const dsq_method *m) { return m->stats != 0; }
+/* The statistics m collects under o, and whether that takes data. */
+static inline unsigned dsq_method_stats(const dsq_method *m, const struct dsq_seq_opts *o)
+{
+    return m->stats_for ? m->stats_for(o) : m->stats;
+}
+static inline bool dsq_method_needs_data_for(const dsq_method *m, const struct dsq_seq_opts *o)
+{
+    return dsq_method_stats(m, o) != 0;
+}
 
 extern const dsq_method dsq_method_rtn;
 extern const dsq_method dsq_method_awq;
 extern const dsq_method dsq_method_gptq;
+extern const dsq_method dsq_method_smoothquant; /* W8A8 INT8 after smoothing (calibration/method_smoothquant.c) */
+extern const dsq_method dsq_method_fp8;         /* FP8 E4M3 schemes by RTN (calibration/method_fp8.c) */
 
 #endif

@@ -308,5 +308,5 @@ static dsq_status awq_check(const dsq_seq_opts *o)
 }
 
 const dsq_method dsq_method_awq = {
-    "awq", DSQ_STAT_MEAN_ABS | DSQ_STAT_INPUTS | DSQ_STAT_XTX, DSQ_INT_FORMAT_AWQ, 512, awq_check, awq_layer,
+    "awq", DSQ_STAT_MEAN_ABS | DSQ_STAT_INPUTS | DSQ_STAT_XTX, DSQ_INT_FORMAT_AWQ, 512, awq_check, awq_layer, NULL,
 };

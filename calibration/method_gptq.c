@@ -97,7 +97,7 @@ static dsq_status gptq_half(dsq_seq_layer *s, dsq_seq_runner *r, int half, const
     return dsq_seq_run_pass(r, s->l, half, in, out, r->n_samples, NULL);
 }
 
-static dsq_status gptq_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *hin, float *hout, dsq_seq_report *rep)
+dsq_status dsq_seq_gptq_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *hin, float *hout, dsq_seq_report *rep)
 {
     const float *in = hin;
     for (int h = 0; h < s->d->n_halves; h++) {
@@ -107,4 +107,4 @@ static dsq_status gptq_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *h
     return DSQ_OK;
 }
 
-const dsq_method dsq_method_gptq = {"gptq", DSQ_STAT_XTX, DSQ_INT_FORMAT_GPTQ, 2048, NULL, gptq_layer};
+const dsq_method dsq_method_gptq = {"gptq", DSQ_STAT_XTX, DSQ_INT_FORMAT_GPTQ, 2048, NULL, dsq_seq_gptq_layer, NULL};

@@ -11,4 +11,4 @@ static dsq_status rtn_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *hi
     return DSQ_OK;
 }
 
-const dsq_method dsq_method_rtn = {"rtn", 0, DSQ_INT_FORMAT_GPTQ, 0, NULL, rtn_layer};
+const dsq_method dsq_method_rtn = {"rtn", 0, DSQ_INT_FORMAT_GPTQ, 0, NULL, rtn_layer, NULL};

@@ -3,7 +3,8 @@
 
 #include "calibration/method.h"
 
-static const dsq_method *const g_methods[] = {&dsq_method_rtn, &dsq_method_awq, &dsq_method_gptq};
+static const dsq_method *const g_methods[] = {&dsq_method_rtn, &dsq_method_awq, &dsq_method_gptq,
+                                              &dsq_method_smoothquant, &dsq_method_fp8};
 
 #define N_METHODS ((int)(sizeof g_methods / sizeof g_methods[0]))
 

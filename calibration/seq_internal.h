@@ -25,7 +25,10 @@ struct dsq_seq_layer {
     float *norm[DSQ_BLOCK_MAX_NORMS];
     dsq_intq q[DSQ_BLOCK_MAX_LINEARS];
     bool has_q[DSQ_BLOCK_MAX_LINEARS], ok[DSQ_BLOCK_MAX_LINEARS];
-    bool installed; /* the copies are in the model */
+    dsq_w8q q8[DSQ_BLOCK_MAX_LINEARS]; /* the 8-bit methods' weights (has_q8) */
+    bool has_q8[DSQ_BLOCK_MAX_LINEARS];
+    float k_scale, v_scale; /* FP8 KV-cache scales (w8.kv_fp8) */
+    bool installed;         /* the copies are in the model */
 };
 
 /* The kept memory: add one block, or take back everything added since a mark
@@ -52,8 +55,15 @@ bool dsq_seq_group_any(const dsq_seq_layer *s, int g);
 
 /* What a pass's linear hook does. */
 typedef struct dsq_seq_hooks {
-    float *cap[DSQ_BLOCK_MAX_LINEARS]; /* capture buffers [tokens x in] */
-    int64_t row0;                      /* token offset of the current sample */
+    float *cap[DSQ_BLOCK_MAX_LINEARS];  /* capture buffers [tokens x in] */
+    int64_t cap_tokens;                 /* > 0: captures keep only the first cap_tokens tokens */
+    float *amax[DSQ_BLOCK_MAX_LINEARS]; /* per-channel running max |x| [in]; a NaN/Inf input is an error */
+    int64_t row0;                       /* token offset of the current sample */
+    int seqlen;                         /* tokens per sample (set by dsq_seq_run_pass, for messages) */
+    const dsq_block_desc *d;            /* set by dsq_seq_run_pass, for messages */
+    /* called after the above for every linear (NULL: none) */
+    dsq_linear_hook_fn extra;
+    void *extra_user;
     dsq_hessian *H[DSQ_BLOCK_MAX_LINEARS];
     int stop_after; /* a linear index, or -1: the pass ends (DSQ_STOP) after its hook */
 } dsq_seq_hooks;
@@ -74,5 +84,23 @@ typedef struct dsq_seq_runner {
  * results dropped; out == in: in place. A stop asked by h ends each sample's
  * pass early and is not an error. */
 dsq_status dsq_seq_run_pass(dsq_seq_runner *r, int l, int half, const float *in, float *out, int n, dsq_seq_hooks *h);
+
+/* GPTQ's true-sequential layer (method_gptq.c) on the layer's current
+ * copies: s->q[id] for every ok linear, hout the layer's output. */
+dsq_status dsq_seq_gptq_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *hin, float *hout,
+                              struct dsq_seq_report *rep);
+
+/* ---- the 8-bit methods' shared steps (calibration/w8_layer.c) ---- */
+
+/* Every weight, bias and norm of the copies finite, else an error naming the tensor. */
+dsq_status dsq_seq_w8_check_finite(const dsq_seq_layer *s);
+/* s->w[id] -> s->q8[id] under the method's scheme by RTN, then w = its dequantized value. */
+dsq_status dsq_seq_w8_rtn(dsq_seq_layer *s, int id);
+/* GPTQ's 8-bit symmetric per-channel codes s->q[id] as the INT8 weight s->q8[id]. */
+dsq_status dsq_seq_w8_from_gptq(dsq_seq_layer *s, int id);
+/* Runs the layer (as it now is) from hin into hout, collecting what the
+ * scheme needs: static input scales (max |x| of each group's input over all
+ * tokens) and, with kv_fp8, k_scale / v_scale. */
+dsq_status dsq_seq_w8_final_pass(dsq_seq_layer *s, dsq_seq_runner *r, const float *hin, float *hout);
 
 #endif

@@ -51,6 +51,19 @@ dsq_seq_opts dsq_seq_default_opts(void)
     return o;
 }
 
+dsq_seq_opts dsq_seq_w8_default_opts(const dsq_method *m)
+{
+    dsq_seq_opts o = dsq_seq_default_opts();
+    o.method = m;
+    o.q.bits = 8;
+    o.q.group_size = -1;
+    o.q.sym = true;
+    o.w8.smooth = m == &dsq_method_smoothquant;
+    o.w8.alpha = DSQ_SQ_ALPHA_FAMILY;
+    o.w8.scheme = m == &dsq_method_fp8 ? dsq_w8_scheme_fp8_dynamic() : dsq_w8_scheme_w8a8(false);
+    return o;
+}
+
 static long peak_rss_kb(void)
 {
     struct rusage ru;
@@ -98,9 +111,12 @@ static dsq_status emit_layer(dsq_seq_layer *s)
     for (int i = 0; i < s->d->n_norms; i++) out.norm[i] = s->norm[i];
     for (int id = 0; id < s->d->n_linears; id++) {
         out.q[id] = s->has_q[id] ? &s->q[id] : NULL;
+        out.q8[id] = s->has_q8[id] ? &s->q8[id] : NULL;
         out.w[id] = s->w[id];
         out.bias[id] = s->bias[id];
     }
+    out.k_scale = s->k_scale;
+    out.v_scale = s->v_scale;
     return s->o->emit(s->o->user, &out);
 }
 
@@ -111,7 +127,7 @@ static dsq_status one_layer(dsq_model *m, int l, const dsq_seq_opts *o, dsq_seq_
     DSQ_TRY_CTX(dsq_seq_layer_begin(&s, m, l, o), "layer %d", l);
     dsq_status st = o->method->layer(&s, r, hin, hout, rep);
     for (int id = 0; id < s.d->n_linears; id++) {
-        if (s.has_q[id]) rep->n_quantized++;
+        if (s.has_q[id] || s.has_q8[id]) rep->n_quantized++;
         else if (st == DSQ_OK) rep->n_skipped++;
     }
     if (st == DSQ_OK) st = emit_layer(&s);
@@ -123,7 +139,7 @@ static dsq_status one_layer(dsq_model *m, int l, const dsq_seq_opts *o, dsq_seq_
 static dsq_status check_opts(const dsq_model *m, const dsq_calib_set *calib, const dsq_seq_opts *o)
 {
     if (!o->method) return dsq_fail(DSQ_ERR_ARG, "quantize: no method");
-    if (dsq_method_needs_data(o->method) && (!calib || calib->n_samples <= 0 || !calib->tokens))
+    if (dsq_method_needs_data_for(o->method, o) && (!calib || calib->n_samples <= 0 || !calib->tokens))
         return dsq_fail(DSQ_ERR_ARG, "%s needs calibration samples", o->method->name);
     if (o->method->check) DSQ_TRY(o->method->check(o));
     if (o->q.bits != 2 && o->q.bits != 3 && o->q.bits != 4 && o->q.bits != 8)
@@ -142,7 +158,7 @@ dsq_status dsq_seq_quantize(dsq_model *m, const dsq_calib_set *calib, const dsq_
     o.awq.q = o.q;
     o.awq.q.rule = DSQ_INTQ_RULE_AWQ;
     memset(rep, 0, sizeof *rep);
-    bool data = o.method && dsq_method_needs_data(o.method);
+    bool data = o.method && dsq_method_needs_data_for(o.method, &o);
     if (!data) o.bf16 = false; /* no passes to run */
     rep->bf16 = o.bf16;
     if (keep_out) *keep_out = NULL;

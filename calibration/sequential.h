@@ -30,10 +30,11 @@
 
 #include "calibration/dataset.h"
 #include "calibration/method.h"
-#include "formats/int_writer.h"
 #include "core/status.h"
+#include "formats/int_writer.h"
 #include "quantizers/awq.h"
 #include "quantizers/intq.h"
+#include "quantizers/w8.h"
 #include "runtime/model.h"
 
 /* What one finished layer leaves to write, all in the model's row order and
@@ -42,6 +43,27 @@
 typedef dsq_int_layer dsq_seq_layer_out;
 
 typedef dsq_status (*dsq_seq_emit_fn)(void *user, const dsq_seq_layer_out *l);
+
+/* alpha values with a meaning of their own */
+#define DSQ_SQ_ALPHA_FAMILY (-1.0) /* the model family's default (calibration/smooth.h) */
+#define DSQ_SQ_ALPHA_AUTO (-2.0)   /* searched per layer and group on the calibration tokens */
+
+/* The 8-bit methods (SmoothQuant W8A8, FP8): o->q must say 8 bits, per
+ * channel (group -1), symmetric (dsq_seq_w8_default_opts sets it). */
+typedef struct dsq_seq_w8_opts {
+    dsq_w8_scheme scheme;
+    /* SmoothQuant */
+    bool smooth;       /* fold smoothing scales before quantizing (false: plain W8A8, the baseline) */
+    bool smooth_all;   /* also the groups fed by a linear (v -> o without GQA, up -> down) */
+    bool smooth_only;  /* fold the scales and leave the weights in float (checks the fold; nothing quantized) */
+    double alpha;      /* in [0, 1], or DSQ_SQ_ALPHA_FAMILY / DSQ_SQ_ALPHA_AUTO */
+    bool gptq;         /* weights by GPTQ (8 bits, per channel, sym) instead of RTN */
+    int search_tokens; /* alpha auto: calibration tokens the error is measured on (<= 0: 2048) */
+    /* [n_layers x DSQ_BLOCK_MAX_GROUPS]: the alpha each group got (NAN: not smoothed); may be NULL */
+    float *alpha_out;
+    /* both methods */
+    bool kv_fp8; /* k_scale / v_scale per layer: max |K| (after RoPE) and max |V| / 448 */
+} dsq_seq_w8_opts;
 
 typedef struct dsq_seq_opts {
     const dsq_method *method;
@@ -55,6 +77,7 @@ typedef struct dsq_seq_opts {
     int awq_loss_samples; /* samples the scale-search loss runs on; <= 0: all (AutoAWQ) */
     bool bf16;            /* forward passes and AWQ losses in BF16 products (F32 sums); GPTQ Hessians stay F32 */
     int threads;          /* <= 0: default */
+    dsq_seq_w8_opts w8;   /* smoothquant, fp8 */
     int max_layers;       /* > 0: only layers [0, max_layers) are quantized and emitted (tests, quick looks) */
     bool keep_fake_quant;
     dsq_seq_emit_fn emit; /* may be NULL */
@@ -63,15 +86,23 @@ typedef struct dsq_seq_opts {
 
 /* Defaults: RTN, 4 bits, group 128, zero point, damp 0.01, AutoAWQ's AWQ options. */
 dsq_seq_opts dsq_seq_default_opts(void);
+/* Defaults of an 8-bit method: 8 bits per channel symmetric; smoothquant:
+ * smoothing at the family's alpha, W8A8 with dynamic per-token activations,
+ * RTN weights; fp8: FP8 dynamic. */
+dsq_seq_opts dsq_seq_w8_default_opts(const dsq_method *m);
 
 typedef struct dsq_seq_report {
     double seconds;
     long peak_rss_kb;
     int64_t n_quantized, n_skipped;
-    double gptq_loss;       /* sum of GPTQ losses */
-    double awq_loss_r0;     /* sums over groups of the scale-search loss at ratio 0 ... */
-    double awq_loss_best;   /* ... and at the chosen ratio */
-    bool bf16;              /* the arithmetic the calibration passes used */
+    double gptq_loss;     /* sum of GPTQ losses */
+    double awq_loss_r0;   /* sums over groups of the scale-search loss at ratio 0 ... */
+    double awq_loss_best; /* ... and at the chosen ratio */
+    bool bf16;            /* the arithmetic the calibration passes used */
+    /* smoothquant alpha auto: sums over the searched groups of the W8A8
+     * error at the family's alpha and at the chosen ones */
+    double sq_err_default, sq_err_best;
+    int64_t n_smoothed; /* groups smoothed */
 } dsq_seq_report;
 
 /* Memory the driver leaves in the model with keep_fake_quant; free it after

@@ -18,6 +18,8 @@ static const dsq_cmd g_cmds[] = {
     {"rtn", "INTn round-to-nearest to a GPTQ/AWQ/compressed-tensors HF folder", dsq_cmd_quant},
     {"awq", "AWQ (AutoAWQ) INT4 quantization to a vLLM/transformers-loadable folder", dsq_cmd_quant},
     {"gptq", "GPTQ INTn quantization to a vLLM/transformers-loadable folder", dsq_cmd_quant},
+    {"smoothquant", "SmoothQuant W8A8 (INT8 weights and activations) to a compressed-tensors folder", dsq_cmd_w8},
+    {"fp8", "FP8 E4M3 (dynamic, static, block, weight-only) to a vLLM-loadable folder", dsq_cmd_w8},
     {"tokenize", "text to token ids and back with a model's tokenizer", dsq_cmd_tokenize},
 };
 
@@ -25,7 +27,7 @@ static void usage(FILE *out)
 {
     fprintf(out, "usage: dsquant [-v|-q] COMMAND [ARGS]\n       dsquant --version\n\ncommands:\n");
     for (size_t i = 0; i < sizeof g_cmds / sizeof g_cmds[0]; i++)
-        fprintf(out, "  %-10s %s\n", g_cmds[i].name, g_cmds[i].summary);
+        fprintf(out, "  %-11s %s\n", g_cmds[i].name, g_cmds[i].summary);
     fprintf(out, "\n'dsquant COMMAND --help' describes a command.\n");
 }
 

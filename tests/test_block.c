@@ -123,8 +123,8 @@ static void test_names_follow_the_description(void **state)
 static void test_method_table(void **state)
 {
     (void)state;
-    const char *names[] = {"rtn", "awq", "gptq"};
-    for (size_t i = 0; i < 3; i++) {
+    const char *names[] = {"rtn", "awq", "gptq", "smoothquant", "fp8"};
+    for (size_t i = 0; i < 5; i++) {
         const dsq_method *m = dsq_method_find(names[i]);
         assert_non_null(m);
         assert_string_equal(m->name, names[i]);
@@ -134,7 +134,7 @@ static void test_method_table(void **state)
     assert_null(dsq_method_find(NULL));
     int n = 0;
     while (dsq_method_at(n)) n++;
-    assert_int_equal(n, 3);
+    assert_int_equal(n, 5);
     assert_false(dsq_method_needs_data(&dsq_method_rtn));
     assert_true(dsq_method_needs_data(&dsq_method_awq) && dsq_method_needs_data(&dsq_method_gptq));
     assert_true(dsq_method_gptq.stats & DSQ_STAT_XTX);
