@@ -30,7 +30,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM
 from llmcompressor import oneshot
 from llmcompressor.modifiers.quantization import GPTQModifier, QuantizationModifier
-from llmcompressor.modifiers.smoothquant import SmoothQuantModifier
+from llmcompressor.modifiers.transform.smoothquant import SmoothQuantModifier
 from llmcompressor.modifiers.transform.awq import AWQModifier
 from llmcompressor.pipelines.cache import IntermediatesCache
 
