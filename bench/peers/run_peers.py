@@ -186,6 +186,15 @@ def put_row(a, results, row):
           file=sys.stderr)
 
 
+def recipe_of(peer_label):
+    """llmc_quant.py's options as the recipe they build, for the table."""
+    w = peer_label.split()
+    m = w[w.index("--method") + 1]
+    if m == "sq":
+        return f"SmoothQuantModifier({w[w.index('--alpha') + 1]}) + GPTQModifier W8A8"
+    return f"QuantizationModifier FP8_{m[4:].upper()}" if m.startswith("fp8-") else peer_label
+
+
 def print_w8(results, pb):
     order = [p for m in W8_ROWS.values() for p, *_ in m]
     rows = sorted(results["rows"], key=lambda r: (order.index(r["pair"]) if r["pair"] in order else 99,
@@ -202,7 +211,8 @@ def print_w8(results, pb):
             p, d = f"{r['ppl']:.4f}", f"{r['ppl'] - pb:+.4f} ({100 * (r['ppl'] - pb) / pb:+.2f}%)"
         else:
             p, d = "refused: " + r["error"] if "error" in r else "eval failed: " + r["eval_error"], ""
-        print(f"| {r['pair']} | {r['tool']} | `{r['label']}` | {p} | {d} | {r['seconds']:.1f} | "
+        label = recipe_of(r["label"]) if r["tool"] == "llm-compressor" else r["label"]
+        print(f"| {r['pair']} | {r['tool']} | `{label}` | {p} | {d} | {r['seconds']:.1f} | "
               f"{r['peak_rss_mib']:.0f} | {tr} | {rr} |")
 
 
