@@ -12,6 +12,7 @@
 #endif
 
 #include "kernels/gemm_i8.h"
+#include "kernels/gemm_i8_rows.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 
@@ -75,25 +76,6 @@ INLINE void tile(int nr, int nt, const dsq_gemm_i8_w *w, int64_t r, const int8_t
     else                                                                                                               \
         tile(nr, 2, w, r, At, lda, Ct, ldc);
 
-void dsq_gemm_i8_rows_avx2(const dsq_gemm_i8_w *w, int64_t r0, int64_t r1, int64_t m, const int8_t *A, int64_t lda,
-                           int32_t *C, int64_t ldc)
-{
-    for (int64_t rb = r0; rb < r1; rb += RB) {
-        int64_t re = rb + RB < r1 ? rb + RB : r1;
-        for (int64_t t0 = 0; t0 < m; t0 += NT) {
-            int nt = m - t0 < NT ? (int)(m - t0) : NT;
-            const int8_t *At = A + t0 * lda;
-            for (int64_t r = rb; r < re; r += NR) {
-                int32_t *Ct = C + t0 * ldc + (r - r0);
-                switch (re - r < NR ? re - r : NR) {
-                case 1: TILE_NT(1); break;
-                case 2: TILE_NT(2); break;
-                case 3: TILE_NT(3); break;
-                default: TILE_NT(4); break;
-                }
-            }
-        }
-    }
-}
+DSQ_GEMM_I8_ROWS_FN(dsq_gemm_i8_rows_avx2)
 
 #endif
