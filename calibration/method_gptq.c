@@ -1,10 +1,10 @@
 /* True-sequential GPTQ (IST-DASLab/gptq llama.py) over the block
  * description's groups: each group's Hessian comes from inputs computed with
  * the earlier groups already quantized, from a pass of the group's half that
- * stops at the group's first linear. A half's tail group, when its input is
- * no wider than the hidden states the driver already holds, keeps that input
- * so the half is finished with one product instead of a second pass (for a
- * Llama block: o_proj; down_proj's input is wider, so the MLP runs again). */
+ * stops at the group's first linear. A half's tail group keeps that input
+ * when it fits (keep_tail_input), so the half is finished with one product
+ * instead of a second pass (for a Llama block: o_proj, and down_proj at
+ * calibration sizes where its wider input fits; else the MLP runs again). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,6 +73,16 @@ static dsq_status finish_half(dsq_seq_layer *s, dsq_seq_runner *r, int half, con
     return DSQ_OK;
 }
 
+/* A tail input of w columns is kept when it takes no more memory than the two
+ * hidden-state buffers the driver holds already, or at most 512 MiB: the
+ * second pass it saves costs more than the copy at any size, but memory
+ * stays near one layer plus the activations. */
+static bool keep_tail_input(const dsq_seq_runner *r, int64_t w)
+{
+    double tokens = (double)r->n_samples * (double)r->seqlen, bytes = tokens * (double)w * sizeof(float);
+    return bytes <= 2.0 * tokens * (double)r->dim * sizeof(float) || bytes <= 512.0 * 1024 * 1024;
+}
+
 /* One half: its groups in order from in, then out = the half's output. */
 static dsq_status gptq_half(dsq_seq_layer *s, dsq_seq_runner *r, int half, const float *in, float *out,
                             dsq_seq_report *rep)
@@ -81,7 +91,7 @@ static dsq_status gptq_half(dsq_seq_layer *s, dsq_seq_runner *r, int half, const
         const dsq_block_group *gd = &s->d->groups[g];
         if (gd->half != half || !dsq_seq_group_any(s, g)) continue;
         int64_t w = dsq_seq_lin_in(s, dsq_block_group_first(s->d, g));
-        if (!gd->tail || w > r->dim) {
+        if (!gd->tail || !keep_tail_input(r, w)) {
             DSQ_TRY(gptq_group(s, r, g, in, NULL, rep));
             continue;
         }

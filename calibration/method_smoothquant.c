@@ -76,8 +76,11 @@ static dsq_status collect(sq_st *a, dsq_seq_runner *r, const float *hin)
                             s->d->groups[g].name);
         h.amax[first] = a->amax[g];
         h.cap[first] = a->X[g];
+        if (first > h.stop_after) h.stop_after = first;
     }
-    /* the float layer's output is not needed: the quantized one feeds the next layer */
+    /* the float layer's output is not needed (the quantized one feeds the next
+     * layer): the pass stops at the last input it measures, so for the default
+     * groups the MLP's products never run */
     return dsq_seq_run_pass(r, s->l, DSQ_SEQ_WHOLE_LAYER, hin, NULL, r->n_samples, &h);
 }
 

@@ -15,8 +15,7 @@
  * instruction of that extension runs, not just that CPUID lists it.
  * AMX caveat: Linux also wants each process to ask for the tile data state
  * (arch_prctl ARCH_REQ_XCOMP_PERM) before its first tile instruction; the AMX
- * kernel does that (dsq_gemm_i8_amx_ready in kernels/gemm_i8_amx.c),
- * dsq_cpu_has() never does (it has no side effects). */
+ * kernels do that (dsq_amx_ready, kernels/amx.h), dsq_cpu_has() never does (it has no side effects). */
 typedef enum dsq_cpu_feature {
     DSQ_CPU_AVX2,
     DSQ_CPU_FMA,

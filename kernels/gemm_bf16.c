@@ -1,12 +1,15 @@
 /* The BF16 GEMM driver (kernels/gemm_bf16.h): the blocking of gemm.c
  * (pack a KC block of op(B) into panels, stream MR rows of A past each), with
  * BF16 pairs instead of floats. The AVX512-BF16 kernel is used when
- * dsq_cpu_use_bf16_gemm() holds; the scalar kernel is its reference. */
+ * dsq_cpu_use_bf16_gemm() holds; the scalar kernel is its reference. The
+ * AMX path takes each packed block whole (kernels/gemm_bf16_amx.c), its
+ * panels padded to whole 16-pair tile steps. */
 #include "kernels/gemm_bf16.h"
 
 #include <string.h>
 
 #include "core/dtype.h"
+#include "kernels/amx.h"
 #include "kernels/cpu.h"
 
 #define MR DSQ_GEMM_BF16_MR
@@ -44,12 +47,42 @@ void dsq_gemm_bf16_round_rows(const float *src, int64_t lds, int64_t rows, int64
 
 static int64_t panels_of(int64_t n) { return (n + NR - 1) / NR; }
 static size_t align64(size_t b) { return (b + 63) & ~(size_t)63; }
+static int64_t pad16(int64_t np) { return (np + 15) & ~(int64_t)15; }
 
+#define AMX_ROWS 32      /* tokens per AMX block */
+#define CTMP_FLOATS 1024 /* the AMX edge's four 16 x 16 tiles (>= MR * NR) */
+
+const char *dsq_gemm_bf16_path_name(dsq_gemm_bf16_path p)
+{
+    static const char *const names[DSQ_GEMM_BF16_N_PATHS] = {"scalar", "avx512_bf16", "amx_bf16"};
+    return p >= 0 && p < DSQ_GEMM_BF16_N_PATHS ? names[p] : "?";
+}
+
+bool dsq_gemm_bf16_path_available(dsq_gemm_bf16_path p)
+{
+    switch (p) {
+    case DSQ_GEMM_BF16_SCALAR: return true;
+    case DSQ_GEMM_BF16_AVX512: return dsq_cpu_has_avx512bf16();
+    case DSQ_GEMM_BF16_AMX: return dsq_cpu_has(DSQ_CPU_AMX_BF16) && dsq_amx_ready();
+    default: return false;
+    }
+}
+
+dsq_gemm_bf16_path dsq_gemm_bf16_path_for(int64_t m)
+{
+    if (!dsq_cpu_use_bf16_gemm()) return DSQ_GEMM_BF16_SCALAR;
+    /* below one tile of tokens the AMX block would multiply mostly padding */
+    if (m >= 16 && dsq_gemm_bf16_path_available(DSQ_GEMM_BF16_AMX)) return DSQ_GEMM_BF16_AMX;
+    return DSQ_GEMM_BF16_AVX512;
+}
+
+/* Panels of every path hold a multiple of 16 pairs, which the AMX path needs
+ * and the others ignore: one size serves all. */
 size_t dsq_gemm_bf16_scratch_bytes(int64_t n, int64_t k)
 {
-    int64_t kc = dsq_gemm_bf16_lda(k < KC ? k : KC);
-    return align64((size_t)(panels_of(n) * NR * kc) * sizeof(uint16_t)) + align64(MR * KC * sizeof(uint16_t)) +
-           align64(MR * NR * sizeof(float));
+    int64_t np = dsq_gemm_bf16_lda(k < KC ? k : KC) / 2;
+    return align64((size_t)(panels_of(n) * NR * 2 * pad16(np)) * sizeof(uint16_t)) +
+           align64(AMX_ROWS * KC * sizeof(uint16_t)) + align64(CTMP_FLOATS * sizeof(float));
 }
 
 void dsq_gemm_bf16_kernel_scalar(int64_t np, const uint16_t *A, int64_t lda, const uint16_t *Bp, float *C,
@@ -72,17 +105,23 @@ void dsq_gemm_bf16_kernel_scalar(int64_t np, const uint16_t *A, int64_t lda, con
 }
 
 /* Packs op(B) rows k0 .. k0+kc-1 (kc rounded up to even with a zero row) of all
- * n columns into panels [pair][column][2]. A BT column is a contiguous run of
- * kc floats: it is rounded as one row, then its pairs are spread one 32-bit
- * word per pair. */
-static void pack_b(dsq_gemm_b bl, int64_t n, int64_t k0, int64_t kc, const float *B, int64_t ldb, uint16_t *Bp)
+ * n columns into panels [pair][column][2] of npa pairs (zeros past the
+ * data). A BT column is a contiguous run of kc floats: it is rounded as one
+ * row, then its pairs are spread one 32-bit word per pair. */
+static void pack_b(dsq_gemm_b bl, int64_t n, int64_t k0, int64_t kc, const float *B, int64_t ldb, uint16_t *Bp,
+                   int64_t npa, bool simd)
 {
     int64_t np = (kc + 1) / 2;
     uint16_t col[KC];
     for (int64_t q = 0; q < panels_of(n); q++) {
-        uint16_t *dst = Bp + q * NR * 2 * np;
+        uint16_t *dst = Bp + q * NR * 2 * npa;
         int64_t c0 = q * NR, nc = n - c0 < NR ? n - c0 : NR;
         if (nc < NR) memset(dst, 0, (size_t)(NR * 2 * np) * sizeof *dst);
+        if (npa > np) memset(dst + NR * 2 * np, 0, (size_t)(NR * 2 * (npa - np)) * sizeof *dst);
+        if (simd && bl == DSQ_GEMM_BT) {
+            dsq_gemm_bf16_pack_bt_avx512(B + c0 * ldb + k0, ldb, nc, kc, dst, NR);
+            continue;
+        }
         for (int64_t c = 0; c < nc; c++) {
             if (bl == DSQ_GEMM_BT) {
                 dsq_gemm_bf16_round_rows(B + (c0 + c) * ldb + k0, kc, 1, kc, col, 2 * np);
@@ -114,11 +153,18 @@ static void edge_tile(kernel_fn kern, int64_t np, const uint16_t *A, int64_t lda
 void dsq_gemm_bf16(dsq_gemm_b bl, int64_t m, int64_t n, int64_t k, const uint16_t *A, int64_t lda, const float *B,
                    int64_t ldb, float *C, int64_t ldc, bool accumulate, void *scratch)
 {
-    kernel_fn kern = dsq_cpu_use_bf16_gemm() ? dsq_gemm_bf16_kernel_avx512 : dsq_gemm_bf16_kernel_scalar;
-    int64_t kcmax = dsq_gemm_bf16_lda(k < KC ? k : KC);
+    dsq_gemm_bf16_on(dsq_gemm_bf16_path_for(m), bl, m, n, k, A, lda, B, ldb, C, ldc, accumulate, scratch);
+}
+
+void dsq_gemm_bf16_on(dsq_gemm_bf16_path p, dsq_gemm_b bl, int64_t m, int64_t n, int64_t k, const uint16_t *A,
+                      int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, bool accumulate, void *scratch)
+{
+    kernel_fn kern = p == DSQ_GEMM_BF16_SCALAR ? dsq_gemm_bf16_kernel_scalar : dsq_gemm_bf16_kernel_avx512;
+    bool amx = p == DSQ_GEMM_BF16_AMX;
+    int64_t npmax = dsq_gemm_bf16_lda(k < KC ? k : KC) / 2;
     uint16_t *Bp = scratch;
-    uint16_t *apad = (uint16_t *)((char *)scratch + align64((size_t)(panels_of(n) * NR * kcmax) * sizeof *Bp));
-    float *ctmp = (float *)((char *)apad + align64(MR * KC * sizeof *apad));
+    uint16_t *apad = (uint16_t *)((char *)scratch + align64((size_t)(panels_of(n) * NR * 2 * pad16(npmax)) * sizeof *Bp));
+    float *ctmp = (float *)((char *)apad + align64(AMX_ROWS * KC * sizeof *apad));
     if (k == 0) {
         if (!accumulate)
             for (int64_t i = 0; i < m; i++) memset(C + i * ldc, 0, (size_t)n * sizeof *C);
@@ -127,7 +173,11 @@ void dsq_gemm_bf16(dsq_gemm_b bl, int64_t m, int64_t n, int64_t k, const uint16_
     for (int64_t k0 = 0; k0 < k; k0 += KC) {
         int64_t kc = k - k0 < KC ? k - k0 : KC, np = (kc + 1) / 2;
         bool acc = accumulate || k0 > 0;
-        pack_b(bl, n, k0, kc, B, ldb, Bp);
+        pack_b(bl, n, k0, kc, B, ldb, Bp, amx ? pad16(np) : np, p != DSQ_GEMM_BF16_SCALAR);
+        if (amx) {
+            dsq_gemm_bf16_block_amx(m, n, np, pad16(np), A + k0, lda, Bp, C, ldc, acc, apad, ctmp);
+            continue;
+        }
         for (int64_t i0 = 0; i0 < m; i0 += MR) {
             int64_t mr = m - i0 < MR ? m - i0 : MR;
             const uint16_t *Ab = A + i0 * lda + k0;

@@ -5,6 +5,14 @@
  * GEMM; elsewhere a scalar reference of the same arithmetic runs (slow: the
  * callers pick F32 then, see dsq_cpu_use_bf16_gemm()).
  *
+ * Paths: the scalar reference; AVX512-BF16 (8 x 32 register tiles); AMX-BF16
+ * (tdpbf16ps on 32 x 32 blocks, from 16 tokens up, kernels/gemm_bf16_amx.c).
+ * The AVX512 kernel gives the scalar kernel's bits (odd product of a pair
+ * first); tdpbf16ps sums inside a tile step in an order Intel does not
+ * specify to the bit (no per-pair or per-step rounding order reproduces
+ * it), so the AMX path is held to the exact product of the BF16 operands
+ * within F32 summation error instead (tests/test_gemm_bf16.c).
+ *
  * Layout: A is already rounded to BF16, rows of lda (even) elements whose
  * entries from k to the next even count are zero (dsq_gemm_bf16_round_rows
  * writes it so). op(B) is F32 and rounded while it is packed: per KC block,
@@ -23,12 +31,27 @@
 #define DSQ_GEMM_BF16_NR 32
 #define DSQ_GEMM_BF16_KC 256 /* k values (128 pairs) per packed block */
 
+typedef enum dsq_gemm_bf16_path {
+    DSQ_GEMM_BF16_SCALAR,
+    DSQ_GEMM_BF16_AVX512,
+    DSQ_GEMM_BF16_AMX,
+    DSQ_GEMM_BF16_N_PATHS
+} dsq_gemm_bf16_path;
+
+const char *dsq_gemm_bf16_path_name(dsq_gemm_bf16_path p);
+/* Whether this CPU (and OS) runs path p. */
+bool dsq_gemm_bf16_path_available(dsq_gemm_bf16_path p);
+/* The path dsq_gemm_bf16 takes for m rows of A: AMX from 16 rows where
+ * available, else AVX512-BF16, else scalar (always scalar while
+ * dsq_cpu_set_isa(DSQ_CPU_ISA_SCALAR) holds). */
+dsq_gemm_bf16_path dsq_gemm_bf16_path_for(int64_t m);
+
 /* Row length of A's BF16 copy for depth k (k rounded up to even). */
 int64_t dsq_gemm_bf16_lda(int64_t k);
 /* dst[r * ld + c] = bf16(src[r * lds + c]) for c < cols, zero up to ld. */
 void dsq_gemm_bf16_round_rows(const float *src, int64_t lds, int64_t rows, int64_t cols, uint16_t *dst, int64_t ld);
 
-/* Bytes of scratch dsq_gemm_bf16 needs for n output columns and depth k. */
+/* Bytes of scratch dsq_gemm_bf16 needs for n output columns and depth k (any path). */
 size_t dsq_gemm_bf16_scratch_bytes(int64_t n, int64_t k);
 
 /* C[m x n] (+)= A[m x k] * op(B). A: BF16 as described above (lda even);
@@ -36,12 +59,24 @@ size_t dsq_gemm_bf16_scratch_bytes(int64_t n, int64_t k);
  * dsq_gemm_bf16_scratch_bytes(n, k) bytes. Single-threaded. */
 void dsq_gemm_bf16(dsq_gemm_b bl, int64_t m, int64_t n, int64_t k, const uint16_t *A, int64_t lda, const float *B,
                    int64_t ldb, float *C, int64_t ldc, bool accumulate, void *scratch);
+/* The same on path p, which must be available (tests compare the paths). */
+void dsq_gemm_bf16_on(dsq_gemm_bf16_path p, dsq_gemm_b bl, int64_t m, int64_t n, int64_t k, const uint16_t *A,
+                      int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, bool accumulate, void *scratch);
 
 /* The micro-kernels (internal): C[MR x NR] (+)= A[MR x 2*np] * Bp, np pairs. */
 void dsq_gemm_bf16_kernel_scalar(int64_t np, const uint16_t *A, int64_t lda, const uint16_t *Bp, float *C,
                                  int64_t ldc, bool accumulate);
 void dsq_gemm_bf16_kernel_avx512(int64_t np, const uint16_t *A, int64_t lda, const uint16_t *Bp, float *C,
                                  int64_t ldc, bool accumulate);
+/* The AMX block (internal): C[m x n] (+)= A[m x 2*np] * one packed KC block
+ * whose panels hold npa pairs each (npa a multiple of 16, pairs past np
+ * zero). apad: 32 * 2 * npa BF16 values; ctmp: 1024 floats. */
+void dsq_gemm_bf16_block_amx(int64_t m, int64_t n, int64_t np, int64_t npa, const uint16_t *A, int64_t lda,
+                             const uint16_t *Bp, float *C, int64_t ldc, bool accumulate, uint16_t *apad, float *ctmp);
+/* nc <= nr rows of B (ldb apart, kc values each) into one panel of nr
+ * columns, [pair][column][2], pairs 0 .. ceil(kc/2)-1; the odd tail's pad
+ * value is zero. Columns nc.. and later pairs are left as they are. */
+void dsq_gemm_bf16_pack_bt_avx512(const float *B, int64_t ldb, int64_t nc, int64_t kc, uint16_t *dst, int64_t nr);
 void dsq_gemm_bf16_round_rows_avx512(const float *src, int64_t lds, int64_t rows, int64_t cols, uint16_t *dst,
                                      int64_t ld);
 

@@ -66,6 +66,62 @@ void dsq_gemm_bf16_kernel_avx512(int64_t np, const uint16_t *A, int64_t lda, con
     STORE(7);
 }
 
+/* 16 x 16 transpose of 32-bit words: r[i] word j -> r[j] word i (BF16 pairs
+ * of 16 columns into 16 pair rows). Three stages: words in 128-bit lanes,
+ * then 64-bit halves, then the lanes themselves. */
+static void transpose16(__m512i r[16])
+{
+    __m512i a[16], b[16];
+    for (int i = 0; i < 8; i++) {
+        a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        b[4 * i + 0] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+        b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+    }
+    /* b[4i + m] lane l = word 4l + m of rows 4i .. 4i+3 */
+    for (int m = 0; m < 4; m++) {
+        __m512i c0 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0x44), c1 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0xee);
+        __m512i c2 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0x44), c3 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0xee);
+        r[m] = _mm512_shuffle_i32x4(c0, c2, 0x88);
+        r[4 + m] = _mm512_shuffle_i32x4(c0, c2, 0xdd);
+        r[8 + m] = _mm512_shuffle_i32x4(c1, c3, 0x88);
+        r[12 + m] = _mm512_shuffle_i32x4(c1, c3, 0xdd);
+    }
+}
+
+void dsq_gemm_bf16_pack_bt_avx512(const float *B, int64_t ldb, int64_t nc, int64_t kc, uint16_t *dst, int64_t nr)
+{
+    int64_t np = (kc + 1) / 2;
+    for (int64_t c0 = 0; c0 < nc; c0 += 16) {
+        int64_t cn = nc - c0 < 16 ? nc - c0 : 16;
+        for (int64_t k0 = 0; k0 < kc; k0 += 32) {
+            int64_t kn = kc - k0 < 32 ? kc - k0 : 32;
+            __mmask16 lo = (__mmask16)(kn >= 16 ? 0xffffu : (1u << kn) - 1u);
+            __mmask16 hi = (__mmask16)(kn >= 32 ? 0xffffu : kn <= 16 ? 0u : (1u << (kn - 16)) - 1u);
+            __m512i r[16];
+            for (int i = 0; i < 16; i++) {
+                if (i >= cn) {
+                    r[i] = _mm512_setzero_si512();
+                    continue;
+                }
+                const float *s = B + (c0 + i) * ldb + k0;
+                r[i] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, s + 16), _mm512_maskz_loadu_ps(lo, s));
+            }
+            transpose16(r);
+            int64_t pn = (kn + 1) / 2, p0 = k0 / 2;
+            for (int64_t j = 0; j < pn && p0 + j < np; j++) {
+                uint16_t *d = dst + ((p0 + j) * nr + c0) * 2;
+                if (cn == 16) _mm512_storeu_si512(d, r[j]);
+                else _mm512_mask_storeu_epi32(d, (__mmask16)((1u << cn) - 1u), r[j]);
+            }
+        }
+    }
+}
+
 /* vcvtne2ps2bf16 rounds to nearest even and keeps NaNs quiet, as to_bf16 does */
 void dsq_gemm_bf16_round_rows_avx512(const float *src, int64_t lds, int64_t rows, int64_t cols, uint16_t *dst,
                                      int64_t ld)
@@ -89,6 +145,15 @@ void dsq_gemm_bf16_round_rows_avx512(const float *src, int64_t lds, int64_t rows
 }
 
 #else
+
+void dsq_gemm_bf16_pack_bt_avx512(const float *B, int64_t ldb, int64_t nc, int64_t kc, uint16_t *dst, int64_t nr)
+{
+    int64_t np = (kc + 1) / 2;
+    for (int64_t c = 0; c < nc; c++)
+        for (int64_t p = 0; p < np; p++)
+            for (int h = 0; h < 2; h++)
+                dst[(p * nr + c) * 2 + h] = 2 * p + h < kc ? dsq_f32_to_bf16(B[c * ldb + 2 * p + h]) : 0;
+}
 
 void dsq_gemm_bf16_round_rows_avx512(const float *src, int64_t lds, int64_t rows, int64_t cols, uint16_t *dst,
                                      int64_t ld)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/amx.h"
 #include "kernels/cpu.h"
 
 void dsq_gemm_i8_w_free(dsq_gemm_i8_w *w)
@@ -87,7 +88,7 @@ bool dsq_gemm_i8_path_available(dsq_gemm_i8_path p)
     case DSQ_GEMM_I8_AVX_VNNI: return dsq_cpu_has(DSQ_CPU_AVX2) && dsq_cpu_has(DSQ_CPU_AVX_VNNI);
     case DSQ_GEMM_I8_AVX512_VNNI:
         return dsq_cpu_has(DSQ_CPU_AVX512F) && dsq_cpu_has(DSQ_CPU_AVX512BW) && dsq_cpu_has(DSQ_CPU_AVX512_VNNI);
-    case DSQ_GEMM_I8_AMX: return dsq_cpu_has(DSQ_CPU_AMX_INT8) && dsq_gemm_i8_amx_ready();
+    case DSQ_GEMM_I8_AMX: return dsq_cpu_has(DSQ_CPU_AMX_INT8) && dsq_amx_ready();
 #endif
     default: return false;
     }

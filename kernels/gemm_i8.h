@@ -102,8 +102,6 @@ void dsq_gemm_i8_rows_avx512_vnni(const dsq_gemm_i8_w *w, int64_t r0, int64_t r1
                                   int64_t lda, int32_t *C, int64_t ldc);
 void dsq_gemm_i8_rows_amx(const dsq_gemm_i8_w *w, int64_t r0, int64_t r1, int64_t m, const int8_t *A, int64_t lda,
                           int32_t *C, int64_t ldc);
-/* Asks Linux once for the AMX tile state (arch_prctl); false where refused or not Linux/x86-64. */
-bool dsq_gemm_i8_amx_ready(void);
 float dsq_gemm_i8_quantize_act_avx512(const float *x, int64_t n, float scale_in, int8_t *codes);
 float dsq_gemm_i8_dot_f32_avx512(const int8_t *w, const float *x, int64_t n);
 

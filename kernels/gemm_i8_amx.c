@@ -5,9 +5,7 @@
  * copy at the token and k edges) times two 16-row panels of the weights packed
  * at preparation into tdpbssd's layout (per panel, per 4 columns of k, 16
  * rows x 4 bytes: dsq_gemm_i8_prepare), into two 16 x 16 int32 tiles.
- * Linux lets a process use the tile data state only after asking for it
- * (arch_prctl ARCH_REQ_XCOMP_PERM, kernel Documentation/arch/x86/xstate.rst);
- * dsq_gemm_i8_amx_ready asks once. Only called when
+ * Tile state: kernels/amx.h. Only called when
  * dsq_gemm_i8_path_available(DSQ_GEMM_I8_AMX). */
 #if defined(__x86_64__) && defined(__GNUC__)
 #pragma GCC target("amx-tile,amx-int8")
@@ -15,28 +13,11 @@
 
 #include "kernels/gemm_i8.h"
 
-#include <pthread.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
 
-#include <asm/prctl.h>
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#define XFEATURE_XTILEDATA 18
-
-static bool g_ready;
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-
-static void ask(void) { g_ready = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0; }
-
-bool dsq_gemm_i8_amx_ready(void)
-{
-    pthread_once(&g_once, ask);
-    return g_ready;
-}
 
 /* Palette 1, every tile 16 rows of 64 bytes: tmm0-1 C, tmm2 A, tmm3-4 B. */
 typedef struct tilecfg {
@@ -105,9 +86,5 @@ void dsq_gemm_i8_rows_amx(const dsq_gemm_i8_w *w, int64_t r0, int64_t r1, int64_
     }
     _tile_release();
 }
-
-#else
-
-bool dsq_gemm_i8_amx_ready(void) { return false; }
 
 #endif

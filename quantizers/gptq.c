@@ -28,9 +28,9 @@ dsq_status dsq_hessian_init(dsq_hessian *h, int64_t cols)
     return DSQ_OK;
 }
 
-/* x^T x of up to HCHUNK tokens is one F32 GEMM (as the reference accumulates
- * in float32), added to the double sum; rows of the product are split over
- * threads. */
+/* F32 passes: x^T x of up to HCHUNK tokens is one F32 GEMM (as the
+ * reference accumulates in float32), added to the double sum; rows of the
+ * product are split over threads. */
 #define HCHUNK 256
 /* Rows of x^T x per work item: each item packs its (n - i0) x HCHUNK slice of
  * x, so taller bands pack less (at 128 rows packing stays far below the
@@ -39,18 +39,15 @@ dsq_status dsq_hessian_init(dsq_hessian *h, int64_t cols)
 
 static dsq_status hessian_chunk(dsq_hessian *h, const float *x, int64_t t)
 {
-    const int64_t n = h->cols, ldb = dsq_gemm_bf16_lda(t);
+    const int64_t n = h->cols;
     float *xt = h->xt, *c = h->c;
-    uint16_t *xtb = h->xtb;
     for (int64_t i = 0; i < t; i++)
         for (int64_t j = 0; j < n; j++) xt[j * t + i] = x[i * n + j];
-    if (h->bf16) dsq_gemm_bf16_round_rows(xt, t, n, t, xtb, ldb);
     int64_t bands = (n + HBAND - 1) / HBAND;
     int failed = 0;
 #pragma omp parallel
     {
-        size_t gbytes = h->bf16 ? dsq_gemm_bf16_scratch_bytes(n, t) : dsq_gemm_scratch_floats(n, t) * sizeof(float);
-        void *gs = aligned_alloc(64, (gbytes + 63) & ~(size_t)63);
+        void *gs = aligned_alloc(64, (dsq_gemm_scratch_floats(n, t) * sizeof(float) + 63) & ~(size_t)63);
         if (!gs) {
 #pragma omp atomic write
             failed = 1;
@@ -60,17 +57,78 @@ static dsq_status hessian_chunk(dsq_hessian *h, const float *x, int64_t t)
             if (!gs) continue;
             int64_t i0 = b * HBAND, m = n - i0 < HBAND ? n - i0 : HBAND;
             /* rows i0.. of x^T x, columns from i0 on (the upper triangle and a little more) */
-            if (h->bf16) /* B = rows of x^T: the contiguous (BT) packing */
-                dsq_gemm_bf16(DSQ_GEMM_BT, m, n - i0, t, xtb + i0 * ldb, ldb, xt + i0 * t, t, c + i0 * n + i0, n, false,
-                              gs);
-            else
-                dsq_gemm_f32(DSQ_GEMM_BN, m, n - i0, t, xt + i0 * t, t, x + i0, n, c + i0 * n + i0, n, false, gs);
+            dsq_gemm_f32(DSQ_GEMM_BN, m, n - i0, t, xt + i0 * t, t, x + i0, n, c + i0 * n + i0, n, false, gs);
             for (int64_t i = i0; i < i0 + m; i++)
                 for (int64_t j = i; j < n; j++) h->h[i * n + j] += (double)c[i * n + j];
         }
         free(gs);
     }
     if (failed) return dsq_fail(DSQ_ERR_NOMEM, "hessian: out of memory for GEMM scratch");
+    return DSQ_OK;
+}
+
+/* The BF16 product gathers rows across calls (one call per sample is
+ * typical) into chunks of HCHUNK_BF16: at AMX speed the per-chunk double
+ * additions and packing, not the products, would otherwise dominate. Torch's
+ * x^T x of a BF16 batch sums as many tokens in F32. Work items are bands of
+ * HCOLS columns of the upper triangle (rows 0 .. band end), so each packs
+ * only its own columns of x once. */
+#define HCHUNK_BF16 1024
+#define HCOLS 128
+
+static void transpose_rows(const float *x, int64_t rows, int64_t n, float *xt, int64_t ldt)
+{
+    /* 32 x 32 tiles keep both sides' cache lines live */
+#pragma omp parallel for schedule(static)
+    for (int64_t j0 = 0; j0 < n; j0 += 32)
+        for (int64_t i0 = 0; i0 < rows; i0 += 32)
+            for (int64_t j = j0; j < j0 + 32 && j < n; j++)
+                for (int64_t i = i0; i < i0 + 32 && i < rows; i++) xt[j * ldt + i] = x[i * n + j];
+}
+
+static dsq_status hessian_flush_bf16(dsq_hessian *h)
+{
+    const int64_t n = h->cols, t = h->pend, ld = HCHUNK_BF16;
+    if (t == 0) return DSQ_OK;
+    float *xt = h->xt, *c = h->c;
+    uint16_t *xtb = h->xtb;
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < n; j++) dsq_gemm_bf16_round_rows(xt + j * ld, ld, 1, t, xtb + j * ld, ld);
+    int64_t bands = (n + HCOLS - 1) / HCOLS;
+    int failed = 0;
+#pragma omp parallel
+    {
+        void *gs = aligned_alloc(64, (dsq_gemm_bf16_scratch_bytes(HCOLS, t) + 63) & ~(size_t)63);
+        if (!gs) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t q = 0; q < bands; q++) {
+            if (!gs) continue;
+            int64_t b = bands - 1 - q; /* the tallest bands first, for balance */
+            int64_t j0 = b * HCOLS, jw = n - j0 < HCOLS ? n - j0 : HCOLS, j1 = j0 + jw;
+            dsq_gemm_bf16(DSQ_GEMM_BT, j1, jw, t, xtb, ld, xt + j0 * ld, ld, c + j0, n, false, gs);
+            for (int64_t i = 0; i < j1; i++)
+                for (int64_t j = i > j0 ? i : j0; j < j1; j++) h->h[i * n + j] += (double)c[i * n + j];
+        }
+        free(gs);
+    }
+    h->pend = 0;
+    if (failed) return dsq_fail(DSQ_ERR_NOMEM, "hessian: out of memory for GEMM scratch");
+    return DSQ_OK;
+}
+
+static dsq_status hessian_add_bf16(dsq_hessian *h, const float *x, int64_t n_rows)
+{
+    const int64_t n = h->cols;
+    for (int64_t r = 0; r < n_rows;) {
+        int64_t take = HCHUNK_BF16 - h->pend < n_rows - r ? HCHUNK_BF16 - h->pend : n_rows - r;
+        transpose_rows(x + r * n, take, n, h->xt + h->pend, HCHUNK_BF16);
+        h->pend += take;
+        r += take;
+        if (h->pend == HCHUNK_BF16) DSQ_TRY(hessian_flush_bf16(h));
+    }
     return DSQ_OK;
 }
 
@@ -91,13 +149,15 @@ dsq_status dsq_hessian_add(dsq_hessian *h, const float *x, int64_t n_rows)
             return dsq_fail(DSQ_ERR_NUMERIC, "hessian: input row %lld, column %lld is not finite", (long long)(i / n),
                             (long long)(i % n));
     if (n_rows == 0) return DSQ_OK;
-    if (!h->xt) h->xt = malloc((size_t)(n * HCHUNK) * sizeof *h->xt);
+    int64_t chunk = h->bf16 ? HCHUNK_BF16 : HCHUNK;
+    if (!h->xt) h->xt = malloc((size_t)(n * chunk) * sizeof *h->xt);
     if (!h->c) h->c = malloc((size_t)(n * n) * sizeof *h->c);
-    if (h->bf16 && !h->xtb) h->xtb = malloc((size_t)(n * HCHUNK) * sizeof *h->xtb);
+    if (h->bf16 && !h->xtb) h->xtb = malloc((size_t)(n * chunk) * sizeof *h->xtb);
     dsq_status st = h->xt && h->c && (h->xtb || !h->bf16)
                         ? DSQ_OK
                         : dsq_fail(DSQ_ERR_NOMEM, "hessian: out of memory for [%lld x %lld]", (long long)n, (long long)n);
-    for (int64_t t0 = 0; st == DSQ_OK && t0 < n_rows; t0 += HCHUNK)
+    if (st == DSQ_OK && h->bf16) st = hessian_add_bf16(h, x, n_rows);
+    for (int64_t t0 = 0; st == DSQ_OK && !h->bf16 && t0 < n_rows; t0 += HCHUNK)
         st = hessian_chunk(h, x + t0 * n, n_rows - t0 < HCHUNK ? n_rows - t0 : HCHUNK);
     if (st == DSQ_OK) h->n += (uint64_t)n_rows;
     return st;
@@ -107,6 +167,7 @@ dsq_status dsq_hessian_finalize(dsq_hessian *h)
 {
     if (!h || !h->h || h->final) return dsq_fail(DSQ_ERR_ARG, "hessian: not open for finalizing");
     if (h->n == 0) return dsq_fail(DSQ_ERR_ARG, "hessian: no input rows were added");
+    if (h->bf16) DSQ_TRY(hessian_flush_bf16(h));
     free(h->xt);
     free(h->xtb);
     free(h->c);

@@ -50,6 +50,7 @@ typedef struct dsq_hessian {
     /* work buffers of dsq_hessian_add, kept from call to call (one call per sample) */
     float *xt, *c;
     uint16_t *xtb;
+    int64_t pend; /* bf16: rows waiting in xt for the next product (finalize adds them) */
 } dsq_hessian;
 
 dsq_status dsq_hessian_init(dsq_hessian *h, int64_t cols);

@@ -37,9 +37,8 @@ static float *randm(size_t n, float scale)
 
 static double r16(float v) { return (double)dsq_bf16_to_f32(dsq_f32_to_bf16(v)); }
 
-static void gemm_case(dsq_cpu_isa isa, dsq_gemm_b bl, int m, int n, int k, bool acc)
+static void gemm_case(dsq_gemm_bf16_path path, dsq_gemm_b bl, int m, int n, int k, bool acc)
 {
-    dsq_cpu_set_isa(isa);
     int64_t lda = dsq_gemm_bf16_lda(k) + 4, ldb = (bl == DSQ_GEMM_BT ? k : n) + 3, ldc = n + 2;
     int brows = bl == DSQ_GEMM_BT ? n : k;
     float *Af = randm((size_t)m * (size_t)k, 1), *B = randm((size_t)brows * (size_t)ldb, 1);
@@ -53,7 +52,7 @@ static void gemm_case(dsq_cpu_isa isa, dsq_gemm_b bl, int m, int n, int k, bool 
         for (int64_t p = k; p < lda; p++) assert_int_equal(A[i * lda + p], 0);
     void *scratch = aligned_alloc(64, (dsq_gemm_bf16_scratch_bytes(n, k) + 63) & ~(size_t)63);
     assert_non_null(scratch);
-    dsq_gemm_bf16(bl, m, n, k, A, lda, B, ldb, C, ldc, acc, scratch);
+    dsq_gemm_bf16_on(path, bl, m, n, k, A, lda, B, ldb, C, ldc, acc, scratch);
     for (int i = 0; i < m; i++) {
         for (int j = 0; j < n; j++) {
             double s = acc ? (double)C0[i * ldc + j] : 0, bound = fabs(s);
@@ -65,29 +64,93 @@ static void gemm_case(dsq_cpu_isa isa, dsq_gemm_b bl, int m, int n, int k, bool 
             }
             double err = fabs((double)C[i * ldc + j] - s);
             if (err > 2e-6 * bound + 1e-30)
-                fail_msg("isa %d bl %d m %d n %d k %d acc %d: C[%d,%d] = %.9g, want %.9g", isa, bl, m, n, k, acc, i, j,
-                         C[i * ldc + j], s);
+                fail_msg("%s bl %d m %d n %d k %d acc %d: C[%d,%d] = %.9g, want %.9g", dsq_gemm_bf16_path_name(path),
+                         bl, m, n, k, acc, i, j, C[i * ldc + j], s);
         }
         for (int j = n; j < ldc; j++) assert_true(C[i * ldc + j] == C0[i * ldc + j]); /* nothing past n */
     }
     free(Af), free(B), free(C), free(C0), free(A), free(scratch);
-    dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
 }
 
+/* Every path the CPU has, against the double product; the AMX cases include
+ * token counts around its 16- and 32-row tiles and depths that are not whole
+ * 16-pair steps (the padded A copy). */
 static void test_gemm_bf16_matches_reference(void **state)
 {
     (void)state;
-    static const int ms[] = {1, 7, 8, 9, 21}, ns[] = {1, 31, 32, 33, 70}, ks[] = {1, 2, 3, 255, 256, 257, 600};
-    dsq_cpu_isa isas[2] = {DSQ_CPU_ISA_SCALAR, DSQ_CPU_ISA_AUTO};
-    int n_isa = dsq_cpu_has_avx512bf16() ? 2 : 1;
-    if (n_isa == 1) print_message("no AVX512-BF16 on this CPU: only the scalar kernel is checked\n");
-    for (int is = 0; is < n_isa; is++)
+    static const int ms[] = {1, 7, 8, 9, 16, 21, 33, 64}, ns[] = {1, 16, 31, 32, 33, 70},
+                     ks[] = {1, 2, 3, 31, 32, 255, 256, 257, 600};
+    for (int path = 0; path < DSQ_GEMM_BF16_N_PATHS; path++) {
+        if (!dsq_gemm_bf16_path_available((dsq_gemm_bf16_path)path)) {
+            print_message("no %s on this CPU: that path is not checked here\n",
+                          dsq_gemm_bf16_path_name((dsq_gemm_bf16_path)path));
+            continue;
+        }
         for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
             for (size_t b = 0; b < sizeof ns / sizeof *ns; b++)
                 for (size_t c = 0; c < sizeof ks / sizeof *ks; c++)
                     for (int bl = 0; bl < 2; bl++)
                         for (int acc = 0; acc < 2; acc++)
-                            gemm_case(isas[is], (dsq_gemm_b)bl, ms[a], ns[b], ks[c], acc);
+                            gemm_case((dsq_gemm_bf16_path)path, (dsq_gemm_b)bl, ms[a], ns[b], ks[c], acc);
+    }
+}
+
+/* dsq_gemm_bf16 takes AMX from 16 rows where it runs, AVX512-BF16 below. */
+static void test_path_choice(void **state)
+{
+    (void)state;
+    if (!dsq_cpu_has_avx512bf16()) {
+        assert_int_equal(dsq_gemm_bf16_path_for(64), DSQ_GEMM_BF16_SCALAR);
+        return;
+    }
+    bool amx = dsq_gemm_bf16_path_available(DSQ_GEMM_BF16_AMX);
+    assert_int_equal(dsq_gemm_bf16_path_for(15), DSQ_GEMM_BF16_AVX512);
+    assert_int_equal(dsq_gemm_bf16_path_for(16), amx ? DSQ_GEMM_BF16_AMX : DSQ_GEMM_BF16_AVX512);
+    dsq_cpu_set_isa(DSQ_CPU_ISA_SCALAR);
+    assert_int_equal(dsq_gemm_bf16_path_for(64), DSQ_GEMM_BF16_SCALAR);
+    dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+}
+
+/* The AVX512-BF16 kernel gives the scalar kernel's bits on every edge of the
+ * blocking (the AMX path has no bit-level reference: kernels/gemm_bf16.h). */
+static void path_case(dsq_gemm_bf16_path fast, dsq_gemm_bf16_path ref, dsq_gemm_b bl, int m, int n, int k, bool acc)
+{
+    int64_t lda = dsq_gemm_bf16_lda(k) + 2, ldb = (bl == DSQ_GEMM_BT ? k : n) + 1, ldc = n + 3;
+    int brows = bl == DSQ_GEMM_BT ? n : k;
+    float *Af = randm((size_t)m * (size_t)k, 1), *B = randm((size_t)brows * (size_t)ldb, 1);
+    float *C1 = randm((size_t)m * (size_t)ldc, 1), *C2 = malloc((size_t)m * (size_t)ldc * sizeof *C2);
+    uint16_t *A = malloc((size_t)m * (size_t)lda * sizeof *A);
+    void *scratch = aligned_alloc(64, (dsq_gemm_bf16_scratch_bytes(n, k) + 63) & ~(size_t)63);
+    assert_non_null(C2);
+    assert_non_null(A);
+    assert_non_null(scratch);
+    memcpy(C2, C1, (size_t)m * (size_t)ldc * sizeof *C2);
+    dsq_gemm_bf16_round_rows(Af, k, m, k, A, lda);
+    dsq_gemm_bf16_on(fast, bl, m, n, k, A, lda, B, ldb, C1, ldc, acc, scratch);
+    dsq_gemm_bf16_on(ref, bl, m, n, k, A, lda, B, ldb, C2, ldc, acc, scratch);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < ldc; j++)
+            if (memcmp(&C1[i * ldc + j], &C2[i * ldc + j], sizeof *C1))
+                fail_msg("%s vs %s, bl %d m %d n %d k %d acc %d: C[%d,%d] = %.9g, reference %.9g",
+                         dsq_gemm_bf16_path_name(fast), dsq_gemm_bf16_path_name(ref), bl, m, n, k, acc, i, j,
+                         C1[i * ldc + j], C2[i * ldc + j]);
+    free(Af), free(B), free(C1), free(C2), free(A), free(scratch);
+}
+
+static void test_avx512_gives_scalar_bits(void **state)
+{
+    (void)state;
+    static const int ms[] = {1, 7, 8, 9, 21}, ns[] = {1, 31, 32, 33, 70}, ks[] = {1, 2, 3, 255, 256, 257, 600};
+    if (!dsq_gemm_bf16_path_available(DSQ_GEMM_BF16_AVX512)) {
+        print_message("no AVX512-BF16 on this CPU: only the scalar kernel runs here\n");
+        return;
+    }
+    for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
+        for (size_t b = 0; b < sizeof ns / sizeof *ns; b++)
+            for (size_t c = 0; c < sizeof ks / sizeof *ks; c++)
+                for (int bl = 0; bl < 2; bl++)
+                    path_case(DSQ_GEMM_BF16_AVX512, DSQ_GEMM_BF16_SCALAR, (dsq_gemm_b)bl, ms[a], ns[b], ks[c],
+                              (a + b + c) % 2);
 }
 
 /* Ties round to even, in both conversions (A rows and the packed B):
@@ -224,6 +287,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_bf16_matches_reference),
+        cmocka_unit_test(test_avx512_gives_scalar_bits),
+        cmocka_unit_test(test_path_choice),
         cmocka_unit_test(test_round_to_nearest_even),
         cmocka_unit_test(test_linear_bf16),
         cmocka_unit_test(test_exp_sum),

@@ -101,16 +101,20 @@ static void test_hessian_accumulate(void **state)
 }
 
 /* The BF16 Hessian: the exact x^T x of the BF16-rounded inputs (summed in
- * F32 per chunk), over 300 rows so the 256-row chunks and an odd tail meet. */
+ * F32 per chunk), over 1301 rows added in uneven calls so rows gather across
+ * calls into 1024-row chunks and the odd tail waits for finalize, with more
+ * columns than one 128-column band. */
 static void test_hessian_bf16(void **state)
 {
     (void)state;
-    const int n = 301, cols = 45;
+    const int n = 1301, cols = 150;
     float *x = correlated_inputs(n, cols, 3);
     dsq_hessian h;
     assert_int_equal(dsq_hessian_init(&h, cols), DSQ_OK);
     h.bf16 = true;
-    assert_int_equal(dsq_hessian_add(&h, x, n), DSQ_OK);
+    static const int parts[] = {300, 0, 700, 1, 300};
+    for (int p = 0, r = 0; p < 5; r += parts[p++]) assert_int_equal(dsq_hessian_add(&h, x + (size_t)r * cols, parts[p]), DSQ_OK);
+    assert_int_equal(h.n, n);
     assert_int_equal(dsq_hessian_finalize(&h), DSQ_OK);
     double worst_f32 = 0;
     for (int i = 0; i < cols; i++)
