@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "kernels/gemm.h"      /* x^T x */
 #include "kernels/gemm_bf16.h" /* x^T x of a BF16 pass */
+#include "kernels/rowupd.h"    /* the factorization's and the updates' inner loops */
 
 #define ROW_TILE 8   /* rows that share each streamed row of U in the batched update */
 #define CHOL_NB 64   /* Cholesky block width */
@@ -230,15 +231,8 @@ static int64_t chol_lower(double *a, int64_t n, double *panel_t)
         }
 #pragma omp parallel for schedule(dynamic, 8)
         for (int64_t i = k1; i < n; i++) {
-            double *ai = a + i * n;
-            for (int64_t j0 = k1; j0 <= i; j0 += COL_CHUNK) { /* the row chunk stays in L1 */
-                const int64_t j1 = j0 + COL_CHUNK <= i + 1 ? j0 + COL_CHUNK : i + 1;
-                for (int64_t k = 0; k < nb; k++) {
-                    const double lik = ai[k0 + k];
-                    const double *p = panel_t + k * n;
-                    for (int64_t j = j0; j < j1; j++) ai[j] -= lik * p[j];
-                }
-            }
+            double *ai = a + i * n; /* ai[k1 .. i] -= sum_k ai[k0 + k] * panel_t[k][k1 .. i] */
+            dsq_rowupd_sub_f64(nb, i + 1 - k1, ai + k1, ai + k0, 1, panel_t + k1, n);
         }
     }
     return -1;
@@ -265,11 +259,7 @@ static dsq_status tri_inv_reversed(const double *a, int64_t n, float *uf, double
                 double *bi = blk + (i >= c0 ? i - c0 : 0) * INV_CHUNK;
                 if (i >= c0) {
                     const double *li = a + i * n;
-                    for (int64_t k = c0; k < i; k++) {
-                        const double lik = li[k];
-                        const double *bk = blk + (k - c0) * INV_CHUNK;
-                        for (int64_t j = 0; j < w; j++) acc[j] += lik * bk[j];
-                    }
+                    dsq_rowupd_add_f64(i - c0, w, acc, li + c0, 1, blk, INV_CHUNK);
                     for (int64_t j = 0; j < w; j++) {
                         const int64_t col = c0 + j;
                         bi[j] = col < i ? -acc[j] / li[i] : col == i ? 1.0 / li[i] : 0.0;
@@ -412,7 +402,7 @@ static double row_block(const gptq_ctx *c, int64_t r, const float *wg, float *w1
         loss += (double)diff * (double)diff / ((double)d * (double)d) / 2.0;
         const float e = diff / d;
         const float *urow = c->U + col * n + i1;
-        for (int64_t j = i + 1; j < cnt; j++) w1[j] -= e * urow[j];
+        dsq_rowupd_sub_f32(1, cnt - i - 1, w1 + i + 1, &e, 1, urow + i + 1, 0);
         err[i] = e;
     }
     return loss;
@@ -437,14 +427,8 @@ static double run_tile(const gptq_ctx *c, int64_t r0, int64_t nr, float *buf, bo
          * the tile's chunk stays in L1 while the rows of U stream past. */
         for (int64_t j0 = i2; j0 < n; j0 += COL_CHUNK) {
             const int64_t j1 = j0 + COL_CHUNK < n ? j0 + COL_CHUNK : n;
-            for (int64_t i = 0; i < i2 - i1; i++) {
-                const float *urow = c->U + (i1 + i) * n;
-                for (int64_t t = 0; t < nr; t++) {
-                    const float e = err[t * bs + i];
-                    float *wt = wg + t * n;
-                    for (int64_t j = j0; j < j1; j++) wt[j] -= e * urow[j];
-                }
-            }
+            for (int64_t t = 0; t < nr; t++)
+                dsq_rowupd_sub_f32(i2 - i1, j1 - j0, wg + t * n + j0, err + t * bs, 1, c->U + i1 * n + j0, n);
         }
     }
     return loss;
