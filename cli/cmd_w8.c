@@ -71,6 +71,10 @@ static const char g_usage_fp8[] =
     "                         own: static, block), modelopt (static)\n"
     "  --kv-cache-fp8         also per-layer k_scale / v_scale (max |K| after RoPE and\n"
     "                         max |V| over the calibration tokens, / 448)\n"
+    "  --partial-blocks       block: write linears whose in_features (or, for q/k/v and\n"
+    "                         gate/up, out_features) 128 does not divide, the last group\n"
+    "                         partial, as llm-compressor does; transformers and dsquant\n"
+    "                         read it, vLLM refuses it (default: such a linear is an error)\n"
     "  --calib NAME|FILE      calibration text (static and --kv-cache-fp8 only)\n"
     "  --n-samples N          calibration windows (default 128)\n"
     "  --seqlen L             tokens per window (default 512)\n"
@@ -86,7 +90,7 @@ typedef struct wargs {
     int n_samples, seqlen, threads, fmt;
     uint64_t seed;
     double alpha; /* DSQ_SQ_ALPHA_FAMILY / _AUTO or [0, 1] */
-    bool smooth_all, no_smooth, gptq, act_static, kv_fp8, force, json;
+    bool smooth_all, no_smooth, gptq, act_static, kv_fp8, partial_blocks, force, json;
     dsq_w8_scheme scheme;
 } wargs;
 
@@ -205,6 +209,8 @@ static int parse_opt(int argc, char **argv, int *i, void *user)
         a->no_smooth = true;
     else if (!a->sq && !strcmp(opt, "--kv-cache-fp8"))
         a->kv_fp8 = true;
+    else if (!a->sq && !strcmp(opt, "--partial-blocks"))
+        a->partial_blocks = true;
     else
         return dsq_cli_usage_error(argv[0], "unknown option ", opt);
     return 0;
@@ -225,6 +231,8 @@ static int parse(int argc, char **argv, wargs *a)
     if (a->sq) a->scheme = dsq_w8_scheme_w8a8(a->act_static);
     if (a->sq && a->no_smooth && (a->smooth_all || a->alpha != DSQ_SQ_ALPHA_FAMILY))
         return dsq_cli_usage_error(argv[0], "--no-smooth takes neither --alpha nor --smooth-all", NULL);
+    if (a->partial_blocks && a->scheme.wgran != DSQ_W8_W_BLOCK)
+        return dsq_cli_usage_error(argv[0], "--partial-blocks takes --scheme block", NULL);
     return 0;
 }
 
@@ -275,7 +283,8 @@ static dsq_status quantize_into(const wargs *a, dsq_model *m, const dsq_tokenize
                          .sym = true,
                          .w8 = true,
                          .w8s = a->scheme,
-                         .kv_fp8 = a->kv_fp8};
+                         .kv_fp8 = a->kv_fp8,
+                         .partial_blocks = a->partial_blocks};
     return dsq_int_export(m, r->data ? &r->calib : NULL, &o, &spec, d, &r->rep, NULL);
 }
 
@@ -347,6 +356,7 @@ static void print_results(const wargs *a, const results *r)
     cJSON_AddNumberToObject(o, "n_quantized", (double)r->rep.n_quantized);
     cJSON_AddNumberToObject(o, "n_unquantized", (double)r->rep.n_skipped);
     if (!a->sq) cJSON_AddBoolToObject(o, "kv_cache_fp8", a->kv_fp8);
+    if (!a->sq) cJSON_AddBoolToObject(o, "partial_blocks", a->partial_blocks);
     if (a->sq) add_smooth(o, a, r);
     if (r->data) add_calib(o, r);
     cJSON_AddNumberToObject(o, "seconds", r->rep.seconds);

@@ -29,6 +29,7 @@ struct dsq_int_writer {
     int64_t n_wrapped;
     uint16_t *buf16;
     size_t cap16;
+    bool warned_partial; /* --partial-blocks said once */
 };
 
 static int n_lin(const dsq_int_writer *w) { return w->src->block->n_linears; }
@@ -89,7 +90,13 @@ static dsq_status plan_w8(dsq_int_writer *w, const char *module, int id, int64_t
     const dsq_int_spec *sp = w->spec;
     char name[256];
     snprintf(name, sizeof name, "%s.weight", module);
-    DSQ_TRY(dsq_w8_tiling_check(&sp->w8s, out, in, fused(w->src->block, id), name));
+    if (!sp->partial_blocks) DSQ_TRY(dsq_w8_tiling_check(&sp->w8s, out, in, fused(w->src->block, id), name));
+    else if (!dsq_w8_tiling_ok(&sp->w8s, out, in, fused(w->src->block, id)) && !w->warned_partial) {
+        w->warned_partial = true;
+        DSQ_LOGW("%s (%lld x %lld): partial edge blocks or activation groups written (--partial-blocks); vLLM will "
+                 "not load this folder",
+                 name, (long long)out, (long long)in);
+    }
     if (sp->w8s.wgran == DSQ_W8_W_BLOCK && w->src->permute_qk && w->src->block->linears[id].perm != DSQ_PERMUTE_NONE)
         return dsq_fail(DSQ_ERR_UNSUPPORTED,
                         "%s: block scales of llama.cpp-permuted q/k rows cannot be unpermuted; convert the GGUF "

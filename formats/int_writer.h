@@ -46,6 +46,11 @@ typedef struct dsq_int_spec {
     bool w8;
     dsq_w8_scheme w8s;
     bool kv_fp8; /* the layers carry k_scale / v_scale */
+    /* 8-bit: write activation groups and fused linears' weight blocks that do
+     * not tile their tensor (the last group or block partial, as
+     * llm-compressor does); compressed-tensors, transformers and our runtime
+     * read them, vLLM refuses to load them. Off: such a linear is an error. */
+    bool partial_blocks;
 } dsq_int_spec;
 
 /* The source model as the writer needs to know it. */

@@ -74,12 +74,13 @@ dsq_status dsq_w8_tiling_check(const dsq_w8_scheme *s, int64_t rows, int64_t col
     if (s->act == DSQ_W8_ACT_GROUP && cols % s->act_group != 0)
         return dsq_fail(DSQ_ERR_UNSUPPORTED,
                         "%s: in_features %lld is not a multiple of the activation group %d (vLLM quantizes "
-                        "activations in whole groups); leave the linear dense or use another scheme",
+                        "activations in whole groups); leave the linear dense, use another scheme, or pass "
+                        "--partial-blocks to write the last group partial (vLLM will not load that)",
                         name, (long long)cols, s->act_group);
     if (s->wgran == DSQ_W8_W_BLOCK && fused && rows % s->block_rows != 0)
         return dsq_fail(DSQ_ERR_UNSUPPORTED,
                         "%s: out_features %lld is not a multiple of the block height %d, which vLLM requires of "
-                        "linears it fuses (q/k/v, gate/up)",
+                        "linears it fuses (q/k/v, gate/up); --partial-blocks writes it anyway (vLLM will not load that)",
                         name, (long long)rows, s->block_rows);
     return DSQ_OK;
 }

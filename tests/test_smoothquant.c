@@ -659,6 +659,8 @@ static void test_cli_refusals(void **state)
         {"fp8 %s -o %s --scheme weight-only --format fp8", 1,
          "--format fp8 cannot express fp8 per-channel, weight-only"},
         {"fp8 %s -o %s --smooth-all", 2, "unknown option --smooth-all"},
+        {"fp8 %s -o %s --partial-blocks", 2, "--partial-blocks takes --scheme block"},
+        {"smoothquant %s -o %s --partial-blocks", 2, "unknown option --partial-blocks"},
         {"fp8 %s -o %s --scheme static --n-samples 0", 2, "--n-samples"},
     };
     snprintf(out, sizeof out, "%s/out", dir);

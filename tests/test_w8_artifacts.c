@@ -162,6 +162,8 @@ typedef struct case8 {
     int dense_id; /* a linear left dense (-1: none) */
 } case8;
 
+static bool g_partial; /* the writer's partial_blocks (--partial-blocks) for the next write_w8 */
+
 typedef struct written {
     dsq_w8q q[T_LAYERS][N_LIN];
     float k[T_LAYERS], v[T_LAYERS];
@@ -179,7 +181,7 @@ static dsq_status write_w8(const dsq_model *m, const case8 *c, const char *out, 
     bool quantized[T_LAYERS * N_LIN], bias[T_LAYERS * N_LIN];
     for (int i = 0; i < T_LAYERS * N_LIN; i++) quantized[i] = i % N_LIN != c->dense_id, bias[i] = false;
     dsq_int_source src = {m->ckpt, &m->arch, m->block, m->vocab, m->tied, false, quantized, bias};
-    dsq_int_spec spec = {.format = c->fmt, .w8 = true, .w8s = c->sch, .kv_fp8 = c->kv};
+    dsq_int_spec spec = {.format = c->fmt, .w8 = true, .w8s = c->sch, .kv_fp8 = c->kv, .partial_blocks = g_partial};
     dsq_outdir *d = NULL;
     dsq_int_writer *w = NULL;
     dsq_status s = dsq_outdir_open(out, false, &d);
@@ -395,6 +397,13 @@ static void test_ct(void **state)
         {"ct FP8 weight-only", DSQ_INT_FORMAT_CT, dsq_w8_scheme_fp8_weight_only(), false, 2},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_case(&cs[i]);
+    /* what the tiling check refuses (test_format_matrix), written on request:
+     * partial last activation groups and fused linears' partial blocks */
+    const case8 partial = {"ct FP8 block 48, groups 48, partial", DSQ_INT_FORMAT_CT,
+                           {DSQ_W8_FP8, DSQ_W8_W_BLOCK, 48, 32, DSQ_W8_ACT_GROUP, 48}, false, -1};
+    g_partial = true;
+    run_case(&partial);
+    g_partial = false;
 }
 
 static void test_fp8(void **state)
