@@ -199,6 +199,11 @@ dsq_status dsq_seq_run_pass(dsq_seq_runner *r, int l, int half, const float *in,
     }
     dsq_ctx_set_hooks(r->ctx, h ? on_linear : NULL, NULL, h);
     dsq_status s = DSQ_OK;
+    /* the layer's weights hold still for the whole pass: BF16 passes pack
+     * them once instead of once per sample */
+    dsq_layer *L = &dsq_ctx_model(r->ctx)->layers[l];
+    int nlin = dsq_ctx_model(r->ctx)->block->n_linears;
+    for (int id = 0; id < nlin && s == DSQ_OK && dsq_ctx_bf16(r->ctx); id++) s = dsq_linear_bf16_pack(&L->lin[id]);
     for (int i = 0; i < n && s == DSQ_OK; i++) {
         float *buf = out ? out + (size_t)i * rows : r->scratch;
         if (buf != in + (size_t)i * rows) memcpy(buf, in + (size_t)i * rows, rows * sizeof *buf);
@@ -207,6 +212,7 @@ dsq_status dsq_seq_run_pass(dsq_seq_runner *r, int l, int half, const float *in,
         else s = dsq_forward_half(r->ctx, l, half, buf, r->seqlen, 0);
         if (s == DSQ_STOP) s = DSQ_OK; /* the stop we asked for */
     }
+    for (int id = 0; id < nlin; id++) dsq_linear_bf16_unpack(&L->lin[id]);
     dsq_ctx_set_hooks(r->ctx, NULL, NULL, NULL);
     return s;
 }

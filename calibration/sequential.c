@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 
 #include "calibration/seq_internal.h"
+#include "core/bigbuf.h"
 #include "core/clock.h"
 #include "core/grow.h"
 #include "core/log.h"
@@ -176,8 +177,8 @@ dsq_status dsq_seq_quantize(dsq_model *m, const dsq_calib_set *calib, const dsq_
         r.n_samples = calib->n_samples;
         r.seqlen = calib->seqlen;
         size_t n = (size_t)calib->n_samples * (size_t)calib->seqlen * (size_t)m->dim;
-        ha = malloc(n * sizeof *ha);
-        hb = malloc(n * sizeof *hb);
+        ha = dsq_bigbuf_alloc(n * sizeof *ha);
+        hb = dsq_bigbuf_alloc(n * sizeof *hb);
         r.scratch = malloc((size_t)calib->seqlen * (size_t)m->dim * sizeof *r.scratch);
         if (!ha || !hb || !r.scratch)
             st = dsq_fail(DSQ_ERR_NOMEM, "calibration: out of memory for %d x %d hidden states", calib->n_samples,

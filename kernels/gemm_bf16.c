@@ -156,38 +156,86 @@ void dsq_gemm_bf16(dsq_gemm_b bl, int64_t m, int64_t n, int64_t k, const uint16_
     dsq_gemm_bf16_on(dsq_gemm_bf16_path_for(m), bl, m, n, k, A, lda, B, ldb, C, ldc, accumulate, scratch);
 }
 
+/* C (+)= A[:, k0 ..] * one packed K block (np pairs, panels npa pairs apart). */
+static void block_product(dsq_gemm_bf16_path p, int64_t m, int64_t n, int64_t np, int64_t npa, const uint16_t *A,
+                          int64_t lda, const uint16_t *Bp, float *C, int64_t ldc, bool acc, uint16_t *apad,
+                          float *ctmp)
+{
+    if (p == DSQ_GEMM_BF16_AMX) {
+        dsq_gemm_bf16_block_amx(m, n, np, npa, A, lda, Bp, C, ldc, acc, apad, ctmp);
+        return;
+    }
+    kernel_fn kern = p == DSQ_GEMM_BF16_SCALAR ? dsq_gemm_bf16_kernel_scalar : dsq_gemm_bf16_kernel_avx512;
+    for (int64_t i0 = 0; i0 < m; i0 += MR) {
+        int64_t mr = m - i0 < MR ? m - i0 : MR;
+        const uint16_t *Ab = A + i0 * lda;
+        for (int64_t q = 0; q < panels_of(n); q++) {
+            int64_t nr = n - q * NR < NR ? n - q * NR : NR;
+            float *Cb = C + i0 * ldc + q * NR;
+            const uint16_t *Bq = Bp + q * NR * 2 * npa;
+            if (mr == MR && nr == NR) kern(np, Ab, lda, Bq, Cb, ldc, acc);
+            else edge_tile(kern, np, Ab, lda, mr, Bq, Cb, ldc, nr, acc, apad, ctmp);
+        }
+    }
+}
+
+static void zero_or_keep(int64_t m, int64_t n, float *C, int64_t ldc, bool accumulate)
+{
+    if (!accumulate)
+        for (int64_t i = 0; i < m; i++) memset(C + i * ldc, 0, (size_t)n * sizeof *C);
+}
+
 void dsq_gemm_bf16_on(dsq_gemm_bf16_path p, dsq_gemm_b bl, int64_t m, int64_t n, int64_t k, const uint16_t *A,
                       int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, bool accumulate, void *scratch)
 {
-    kernel_fn kern = p == DSQ_GEMM_BF16_SCALAR ? dsq_gemm_bf16_kernel_scalar : dsq_gemm_bf16_kernel_avx512;
-    bool amx = p == DSQ_GEMM_BF16_AMX;
     int64_t npmax = dsq_gemm_bf16_lda(k < KC ? k : KC) / 2;
     uint16_t *Bp = scratch;
     uint16_t *apad = (uint16_t *)((char *)scratch + align64((size_t)(panels_of(n) * NR * 2 * pad16(npmax)) * sizeof *Bp));
     float *ctmp = (float *)((char *)apad + align64(AMX_ROWS * KC * sizeof *apad));
     if (k == 0) {
-        if (!accumulate)
-            for (int64_t i = 0; i < m; i++) memset(C + i * ldc, 0, (size_t)n * sizeof *C);
+        zero_or_keep(m, n, C, ldc, accumulate);
         return;
     }
     for (int64_t k0 = 0; k0 < k; k0 += KC) {
         int64_t kc = k - k0 < KC ? k - k0 : KC, np = (kc + 1) / 2;
-        bool acc = accumulate || k0 > 0;
-        pack_b(bl, n, k0, kc, B, ldb, Bp, amx ? pad16(np) : np, p != DSQ_GEMM_BF16_SCALAR);
-        if (amx) {
-            dsq_gemm_bf16_block_amx(m, n, np, pad16(np), A + k0, lda, Bp, C, ldc, acc, apad, ctmp);
-            continue;
-        }
-        for (int64_t i0 = 0; i0 < m; i0 += MR) {
-            int64_t mr = m - i0 < MR ? m - i0 : MR;
-            const uint16_t *Ab = A + i0 * lda + k0;
-            for (int64_t q = 0; q < panels_of(n); q++) {
-                int64_t nr = n - q * NR < NR ? n - q * NR : NR;
-                float *Cb = C + i0 * ldc + q * NR;
-                const uint16_t *Bq = Bp + q * NR * 2 * np;
-                if (mr == MR && nr == NR) kern(np, Ab, lda, Bq, Cb, ldc, acc);
-                else edge_tile(kern, np, Ab, lda, mr, Bq, Cb, ldc, nr, acc, apad, ctmp);
-            }
-        }
+        pack_b(bl, n, k0, kc, B, ldb, Bp, pad16(np), p != DSQ_GEMM_BF16_SCALAR);
+        block_product(p, m, n, np, pad16(np), A + k0, lda, Bp, C, ldc, accumulate || k0 > 0, apad, ctmp);
+    }
+}
+
+/* ---- B packed once ---- */
+
+static int64_t kblocks_of(int64_t k) { return (k + KC - 1) / KC; }
+/* Elements of one K block of the whole packed B (every block sized as a full one). */
+static size_t block_elems(int64_t n) { return (size_t)(panels_of(n) * NR * 2 * pad16(KC / 2)); }
+
+size_t dsq_gemm_bf16_packed_bytes(int64_t n, int64_t k)
+{
+    return (size_t)kblocks_of(k) * block_elems(n) * sizeof(uint16_t);
+}
+
+void dsq_gemm_bf16_pack_all(int64_t n, int64_t k, const float *B, int64_t ldb, int64_t r0, int64_t nr, uint16_t *P)
+{
+    for (int64_t k0 = 0, kb = 0; k0 < k; k0 += KC, kb++) {
+        int64_t kc = k - k0 < KC ? k - k0 : KC, np = (kc + 1) / 2;
+        uint16_t *dst = P + (size_t)kb * block_elems(n) + (size_t)(r0 / NR * NR * 2 * pad16(np));
+        pack_b(DSQ_GEMM_BT, nr, k0, kc, B, ldb, dst, pad16(np), dsq_cpu_use_bf16_gemm());
+    }
+}
+
+void dsq_gemm_bf16_packed(int64_t m, int64_t n_all, int64_t c0, int64_t n, int64_t k, const uint16_t *A, int64_t lda,
+                          const uint16_t *P, float *C, int64_t ldc, bool accumulate, void *scratch)
+{
+    dsq_gemm_bf16_path p = dsq_gemm_bf16_path_for(m);
+    uint16_t *apad = scratch;
+    float *ctmp = (float *)((char *)scratch + align64(AMX_ROWS * KC * sizeof *apad));
+    if (k == 0) {
+        zero_or_keep(m, n, C, ldc, accumulate);
+        return;
+    }
+    for (int64_t k0 = 0, kb = 0; k0 < k; k0 += KC, kb++) {
+        int64_t kc = k - k0 < KC ? k - k0 : KC, np = (kc + 1) / 2;
+        const uint16_t *Bp = P + (size_t)kb * block_elems(n_all) + (size_t)(c0 / NR * NR * 2 * pad16(np));
+        block_product(p, m, n, np, pad16(np), A + k0, lda, Bp, C, ldc, accumulate || k0 > 0, apad, ctmp);
     }
 }

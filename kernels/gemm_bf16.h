@@ -63,6 +63,20 @@ void dsq_gemm_bf16(dsq_gemm_b bl, int64_t m, int64_t n, int64_t k, const uint16_
 void dsq_gemm_bf16_on(dsq_gemm_bf16_path p, dsq_gemm_b bl, int64_t m, int64_t n, int64_t k, const uint16_t *A,
                       int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, bool accumulate, void *scratch);
 
+/* op(B) = B^T packed once for many products (a linear's weights over a
+ * calibration pass), op(B) [k x n]. pack_all packs B's rows [r0, r0 + nr)
+ * (r0 a multiple of DSQ_GEMM_BF16_NR), given as nr F32 rows of k values ldb
+ * apart from B, into P, which holds
+ * dsq_gemm_bf16_packed_bytes(n, k) bytes; packing disjoint row ranges from
+ * different threads is safe. dsq_gemm_bf16_packed then multiplies A by
+ * columns [c0, c0 + nc) of the packed op(B) (c0 a multiple of NR), with the
+ * same arithmetic as dsq_gemm_bf16 on the same path; scratch: 64-byte
+ * aligned, dsq_gemm_bf16_scratch_bytes(0, k) bytes. */
+size_t dsq_gemm_bf16_packed_bytes(int64_t n, int64_t k);
+void dsq_gemm_bf16_pack_all(int64_t n, int64_t k, const float *B, int64_t ldb, int64_t r0, int64_t nr, uint16_t *P);
+void dsq_gemm_bf16_packed(int64_t m, int64_t n, int64_t c0, int64_t nc, int64_t k, const uint16_t *A, int64_t lda,
+                          const uint16_t *P, float *C, int64_t ldc, bool accumulate, void *scratch);
+
 /* The micro-kernels (internal): C[MR x NR] (+)= A[MR x 2*np] * Bp, np pairs. */
 void dsq_gemm_bf16_kernel_scalar(int64_t np, const uint16_t *A, int64_t lda, const uint16_t *Bp, float *C,
                                  int64_t ldc, bool accumulate);

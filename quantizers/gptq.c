@@ -2,10 +2,13 @@
 #include "quantizers/gptq.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bigbuf.h"
 #include "core/log.h"
+#include "kernels/cpu.h"
 #include "kernels/gemm.h"      /* x^T x */
 #include "kernels/gemm_bf16.h" /* x^T x of a BF16 pass */
 #include "kernels/rowupd.h"    /* the factorization's and the updates' inner loops */
@@ -22,7 +25,7 @@ dsq_status dsq_hessian_init(dsq_hessian *h, int64_t cols)
     memset(h, 0, sizeof *h);
     if (cols <= 0 || (uint64_t)cols > SIZE_MAX / sizeof(double) / (uint64_t)cols)
         return dsq_fail(DSQ_ERR_ARG, "hessian: %lld columns is out of range", (long long)cols);
-    h->h = calloc((size_t)cols * (size_t)cols, sizeof(double));
+    h->h = dsq_bigbuf_calloc((size_t)cols * (size_t)cols, sizeof(double));
     if (!h->h)
         return dsq_fail(DSQ_ERR_NOMEM, "hessian: out of memory for [%lld x %lld]", (long long)cols, (long long)cols);
     h->cols = cols;
@@ -97,21 +100,22 @@ static dsq_status hessian_flush_bf16(dsq_hessian *h)
     for (int64_t j = 0; j < n; j++) dsq_gemm_bf16_round_rows(xt + j * ld, ld, 1, t, xtb + j * ld, ld);
     int64_t bands = (n + HCOLS - 1) / HCOLS;
     int failed = 0;
-#pragma omp parallel
+#pragma omp parallel num_threads(h->c_threads)
     {
         void *gs = aligned_alloc(64, (dsq_gemm_bf16_scratch_bytes(HCOLS, t) + 63) & ~(size_t)63);
         if (!gs) {
 #pragma omp atomic write
             failed = 1;
         }
+        float *cb = c + (size_t)omp_get_thread_num() * (size_t)n * HCOLS; /* this thread's band */
 #pragma omp for schedule(dynamic, 1)
         for (int64_t q = 0; q < bands; q++) {
             if (!gs) continue;
             int64_t b = bands - 1 - q; /* the tallest bands first, for balance */
             int64_t j0 = b * HCOLS, jw = n - j0 < HCOLS ? n - j0 : HCOLS, j1 = j0 + jw;
-            dsq_gemm_bf16(DSQ_GEMM_BT, j1, jw, t, xtb, ld, xt + j0 * ld, ld, c + j0, n, false, gs);
+            dsq_gemm_bf16(DSQ_GEMM_BT, j1, jw, t, xtb, ld, xt + j0 * ld, ld, cb, HCOLS, false, gs);
             for (int64_t i = 0; i < j1; i++)
-                for (int64_t j = i > j0 ? i : j0; j < j1; j++) h->h[i * n + j] += (double)c[i * n + j];
+                for (int64_t j = i > j0 ? i : j0; j < j1; j++) h->h[i * n + j] += (double)cb[i * HCOLS + (j - j0)];
         }
         free(gs);
     }
@@ -151,9 +155,12 @@ dsq_status dsq_hessian_add(dsq_hessian *h, const float *x, int64_t n_rows)
                             (long long)(i % n));
     if (n_rows == 0) return DSQ_OK;
     int64_t chunk = h->bf16 ? HCHUNK_BF16 : HCHUNK;
-    if (!h->xt) h->xt = malloc((size_t)(n * chunk) * sizeof *h->xt);
-    if (!h->c) h->c = malloc((size_t)(n * n) * sizeof *h->c);
-    if (h->bf16 && !h->xtb) h->xtb = malloc((size_t)(n * chunk) * sizeof *h->xtb);
+    if (!h->xt) h->xt = dsq_bigbuf_alloc((size_t)(n * chunk) * sizeof *h->xt);
+    /* F32: the n x n product; BF16: one n x HCOLS band per thread */
+    if (!h->c) h->c_threads = dsq_cpu_threads();
+    size_t cn = h->bf16 ? (size_t)h->c_threads * (size_t)n * HCOLS : (size_t)(n * n);
+    if (!h->c) h->c = dsq_bigbuf_alloc(cn * sizeof *h->c);
+    if (h->bf16 && !h->xtb) h->xtb = dsq_bigbuf_alloc((size_t)(n * chunk) * sizeof *h->xtb);
     dsq_status st = h->xt && h->c && (h->xtb || !h->bf16)
                         ? DSQ_OK
                         : dsq_fail(DSQ_ERR_NOMEM, "hessian: out of memory for [%lld x %lld]", (long long)n, (long long)n);
@@ -176,12 +183,15 @@ dsq_status dsq_hessian_finalize(dsq_hessian *h)
     h->xtb = NULL;
     const int64_t n = h->cols;
     const double f = 2.0 / (double)h->n;
+#pragma omp parallel for schedule(dynamic, 16)
     for (int64_t i = 0; i < n; i++)
-        for (int64_t j = i; j < n; j++) {
-            double v = h->h[i * n + j] * f;
-            h->h[i * n + j] = v;
-            h->h[j * n + i] = v;
-        }
+        for (int64_t j = i; j < n; j++) h->h[i * n + j] *= f;
+    /* the lower triangle from the upper, in tiles so both stay in cache */
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i0 = 0; i0 < n; i0 += 64)
+        for (int64_t j0 = 0; j0 <= i0; j0 += 64)
+            for (int64_t i = i0; i < i0 + 64 && i < n; i++)
+                for (int64_t j = j0; j < j0 + 64 && j < i; j++) h->h[i * n + j] = h->h[j * n + i];
     h->final = true;
     return DSQ_OK;
 }
@@ -286,7 +296,7 @@ static dsq_status tri_inv_reversed(const double *a, int64_t n, float *uf, double
 static double *alloc_square(int64_t n, size_t elem)
 {
     if (n <= 0 || (uint64_t)n > SIZE_MAX / elem / (uint64_t)n) return NULL;
-    return malloc((size_t)n * (size_t)n * elem);
+    return dsq_bigbuf_alloc((size_t)n * (size_t)n * elem);
 }
 
 dsq_status dsq_gptq_hinv_upper(const double *H, int64_t n, double damp, double *U)

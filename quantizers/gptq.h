@@ -50,7 +50,8 @@ typedef struct dsq_hessian {
     /* work buffers of dsq_hessian_add, kept from call to call (one call per sample) */
     float *xt, *c;
     uint16_t *xtb;
-    int64_t pend; /* bf16: rows waiting in xt for the next product (finalize adds them) */
+    int64_t pend;  /* bf16: rows waiting in xt for the next product (finalize adds them) */
+    int c_threads; /* bf16: threads c has a band for */
 } dsq_hessian;
 
 dsq_status dsq_hessian_init(dsq_hessian *h, int64_t cols);

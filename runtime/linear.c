@@ -169,6 +169,7 @@ void dsq_linear_release(dsq_linear *W)
 {
     if (!W) return;
     if (W->vt && W->vt->release) W->vt->release(W);
+    free(W->bf16_packed);
     free(W->owned);
     free(W->owned_bias);
     memset(W, 0, sizeof *W);
@@ -252,9 +253,14 @@ static dsq_status forward_tiled(const dsq_linear *W, const float *x, float *y, i
             int64_t q = it / tl.ntb, t0 = (it % tl.ntb) * TOKEN_BLOCK;
             int64_t r0 = q * tl.nc, w = W->out - r0 < tl.nc ? W->out - r0 : tl.nc;
             int64_t nt = n_tok - t0 < TOKEN_BLOCK ? n_tok - t0 : TOKEN_BLOCK;
+            float *yb = y + t0 * W->out + r0;
+            if (bf16 && W->bf16_packed) {
+                dsq_gemm_bf16_packed(nt, W->out, r0, w, W->in, xb + t0 * lda, lda, W->bf16_packed, yb, W->out, false,
+                                     gs);
+                continue;
+            }
             if (have != q) W->vt->rows_f32(W, r0, w, tile);
             have = q;
-            float *yb = y + t0 * W->out + r0;
             if (bf16)
                 dsq_gemm_bf16(DSQ_GEMM_BT, nt, w, W->in, xb + t0 * lda, lda, tile, W->in, yb, W->out, false, gs);
             else
@@ -292,6 +298,38 @@ static dsq_status forward_rows(const dsq_linear *W, const float *x, float *y, in
     free(act);
     add_bias(W, y, n_tok);
     return DSQ_OK;
+}
+
+#define PACK_ROWS 64 /* rows per packing work item (a multiple of DSQ_GEMM_BF16_NR) */
+
+dsq_status dsq_linear_bf16_pack(dsq_linear *W)
+{
+    if (W->vt->forward || W->bf16_packed) return DSQ_OK;
+    uint16_t *P = aligned_alloc(64, (dsq_gemm_bf16_packed_bytes(W->out, W->in) + 63) & ~(size_t)63);
+    float *rows = P ? malloc((size_t)dsq_cpu_threads() * PACK_ROWS * (size_t)W->in * sizeof *rows) : NULL;
+    if (!P || !rows) {
+        free(P);
+        return dsq_fail(DSQ_ERR_NOMEM, "linear %lld x %lld: out of memory for its BF16 copy", (long long)W->out,
+                        (long long)W->in);
+    }
+    int64_t items = (W->out + PACK_ROWS - 1) / PACK_ROWS;
+    int threads = items < dsq_cpu_threads() ? (int)items : dsq_cpu_threads();
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t it = 0; it < items; it++) {
+        int64_t r0 = it * PACK_ROWS, nr = W->out - r0 < PACK_ROWS ? W->out - r0 : PACK_ROWS;
+        float *f = rows + (size_t)omp_get_thread_num() * PACK_ROWS * (size_t)W->in;
+        W->vt->rows_f32(W, r0, nr, f);
+        dsq_gemm_bf16_pack_all(W->out, W->in, f, W->in, r0, nr, P);
+    }
+    free(rows);
+    W->bf16_packed = P;
+    return DSQ_OK;
+}
+
+void dsq_linear_bf16_unpack(dsq_linear *W)
+{
+    free(W->bf16_packed);
+    W->bf16_packed = NULL;
 }
 
 typedef enum path { PATH_GEMM, PATH_BF16, PATH_GEMV } path;

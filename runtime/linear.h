@@ -74,6 +74,7 @@ struct dsq_linear {
     void *owned;       /* freed by dsq_linear_release: a copy of data, if any */
     float *owned_bias; /* freed by dsq_linear_release */
     void *priv;        /* state of later storage kinds */
+    uint16_t *bf16_packed; /* dsq_linear_bf16_pack's copy, or NULL */
 };
 
 /* A view of [out x in] weights of type t (nothing copied). Fails for a type no
@@ -93,6 +94,14 @@ dsq_status dsq_linear_forward_gemv(const dsq_linear *W, const float *x, float *y
 /* The batched path with x and W rounded to BF16 and F32 accumulation
  * (kernels/gemm_bf16.h): calibration passes, as torch runs a BF16 model. */
 dsq_status dsq_linear_forward_bf16(const dsq_linear *W, const float *x, float *y, int n_tok);
+/* A BF16 copy of W packed once (kernels/gemm_bf16.h) that
+ * dsq_linear_forward_bf16 multiplies instead of converting and packing W on
+ * every call: a calibration pass runs each linear once per sample with the
+ * same weights. W's weights must stay unchanged until dsq_linear_bf16_unpack
+ * (dsq_linear_release drops it too). Storages with their own product
+ * (vt->forward) are left as they are. Same arithmetic, same bits. */
+dsq_status dsq_linear_bf16_pack(dsq_linear *W);
+void dsq_linear_bf16_unpack(dsq_linear *W);
 
 /* F32 rows [r0, r0 + nr) of W (dst: nr x in). */
 dsq_status dsq_linear_rows_f32(const dsq_linear *W, int64_t r0, int64_t nr, float *dst);

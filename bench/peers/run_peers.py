@@ -104,7 +104,7 @@ W8_ROWS = {
     ],
     "fp8": [
         ("fp8 dynamic", "fp8 --scheme dynamic", ["fp8", "--scheme", "dynamic"], ["--method", "fp8-dynamic"]),
-        ("fp8 block", "fp8 --scheme block", ["fp8", "--scheme", "block"], ["--method", "fp8-block"]),
+        ("fp8 block", "fp8 --scheme block --partial-blocks", ["fp8", "--scheme", "block", "--partial-blocks"], ["--method", "fp8-block"]),
     ],
 }
 
