@@ -10,7 +10,6 @@
 
 #include "calibration/method.h"
 #include "calibration/seq_internal.h"
-#include "core/bigbuf.h"
 #include "core/clock.h"
 #include "core/log.h"
 
@@ -96,13 +95,12 @@ static dsq_status gptq_half(dsq_seq_layer *s, dsq_seq_runner *r, int half, const
             DSQ_TRY(gptq_group(s, r, g, in, NULL, rep));
             continue;
         }
-        float *cap = dsq_bigbuf_alloc((size_t)r->seqlen * (size_t)w * (size_t)r->n_samples * sizeof *cap);
+        float *cap = dsq_seq_tail_buffer(r, (size_t)r->seqlen * (size_t)w * (size_t)r->n_samples * sizeof *cap);
         if (!cap)
             return dsq_fail(DSQ_ERR_NOMEM, "gptq: out of memory for the %s group's inputs (%d x %d tokens)", gd->name,
                             r->n_samples, r->seqlen);
         dsq_status st = gptq_group(s, r, g, in, cap, rep);
         if (st == DSQ_OK) st = finish_half(s, r, half, cap, w, in, out);
-        free(cap);
         return st; /* the tail is the half's last group */
     }
     return dsq_seq_run_pass(r, s->l, half, in, out, r->n_samples, NULL);

@@ -76,7 +76,14 @@ typedef struct dsq_seq_runner {
     int n_samples, seqlen;
     int64_t dim;
     float *scratch; /* [seqlen x dim] */
+    /* GPTQ's kept tail inputs, reused from layer to layer (a fresh buffer of
+     * that size would be zeroed by the kernel page by page every layer) */
+    float *tail;
+    size_t tail_bytes;
 } dsq_seq_runner;
+
+/* r->tail with at least bytes, grown when needed; NULL when out of memory. */
+float *dsq_seq_tail_buffer(dsq_seq_runner *r, size_t bytes);
 
 #define DSQ_SEQ_WHOLE_LAYER (-1)
 

@@ -101,6 +101,15 @@ dsq_status dsq_seq_check_groups(const dsq_model *m, const dsq_intq_params *q, bo
     return DSQ_OK;
 }
 
+float *dsq_seq_tail_buffer(dsq_seq_runner *r, size_t bytes)
+{
+    if (bytes <= r->tail_bytes) return r->tail;
+    free(r->tail);
+    r->tail = dsq_bigbuf_alloc(bytes);
+    r->tail_bytes = r->tail ? bytes : 0;
+    return r->tail;
+}
+
 /* ---- the driver ---- */
 
 static dsq_status emit_layer(dsq_seq_layer *s)
@@ -205,6 +214,7 @@ dsq_status dsq_seq_quantize(dsq_model *m, const dsq_calib_set *calib, const dsq_
     free(ha);
     free(hb);
     free(r.scratch);
+    free(r.tail);
     rep->seconds = dsq_now_s() - t0;
     rep->peak_rss_kb = peak_rss_kb();
     if (st != DSQ_OK) {
