@@ -32,6 +32,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "kernels/cpu.h"
+#include "kernels/gemm_bf16.h"
 #include "kernels/gemm_i8.h"
 #include "quantizers/w8.h"
 #include "runtime/linear.h"
@@ -62,22 +63,6 @@ static float randn(void)
         s += (float)(g_rng >> 40) / (float)(1 << 24) - 0.5f;
     }
     return s * 1.7320508f;
-}
-
-static void cpu_model(char *buf, size_t cap)
-{
-    snprintf(buf, cap, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[512];
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "model name", 10)) {
-            char *p = strchr(line, ':');
-            if (p) snprintf(buf, cap, "%s", p + 2);
-            buf[strcspn(buf, "\n")] = 0;
-            break;
-        }
-    fclose(f);
 }
 
 typedef enum op {
@@ -262,9 +247,10 @@ int main(int argc, char **argv)
     parse(argc, argv, &o);
     if (o.threads > 0) dsq_cpu_set_threads(o.threads);
     char model[256];
-    cpu_model(model, sizeof model);
+    dsq_cpu_model(model, sizeof model);
     printf("cpu: %s; threads %d; int8 path %s; bf16 gemm %s\n", model, dsq_cpu_threads(),
-           dsq_gemm_i8_path_name(dsq_gemm_i8_best_path()), dsq_cpu_use_bf16_gemm() ? "avx512_bf16" : "scalar/f32");
+           dsq_gemm_i8_path_name(dsq_gemm_i8_best_path()),
+           dsq_cpu_use_bf16_gemm() ? dsq_gemm_bf16_path_name(dsq_gemm_bf16_path_for(512)) : "scalar/f32");
     static const char *names[N_OPS] = {"i8 gemm", "i8 vnni512", "i8 avxvnni", "i8 avx2",  "w8a8 fwd",
                                        "fp8 fwd", "f32 gemm",   "bf16 gemm",  "f32 gemv", "memcpy"};
     printf("%-10s %4s | %-9s %9s %8s | i8 vs: f32  bf16  gemv  memcpy\n", "shape", "m", "op", "GOP/s", "GB/s");

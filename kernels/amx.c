@@ -1,9 +1,17 @@
-/* The one arch_prctl request for the tile data state (kernels/amx.h). */
+/* The one arch_prctl request for the tile data state, and the tile
+ * configuration the kernels share (kernels/amx.h). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC target("amx-tile")
+#endif
+
 #include "kernels/amx.h"
 
-#if defined(__x86_64__) && defined(__linux__)
+#include <stdint.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
 
 #include <asm/prctl.h>
+#include <immintrin.h>
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -21,8 +29,25 @@ bool dsq_amx_ready(void)
     return g_ready;
 }
 
+/* LDTILECFG's 64-byte operand (Intel SDM vol. 1, 3.2.1), all eight tiles of
+ * palette 1 as 16 rows x 64 bytes. Static data rather than a local: GCC 12
+ * does not see that the builtin reads its operand and drops the stores
+ * that fill a local one (the instruction then faults on a half-zero
+ * configuration). */
+typedef struct tilecfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tilecfg;
+
+static const tilecfg k_cfg = {1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
+
+void dsq_amx_configure(void) { _tile_loadconfig(&k_cfg); }
+
 #else
 
 bool dsq_amx_ready(void) { return false; }
+
+void dsq_amx_configure(void) {}
 
 #endif

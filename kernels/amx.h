@@ -11,5 +11,9 @@
 /* Asks once per process; true when the tile kernels may run. It does not
  * check the CPU: callers ask dsq_cpu_has(DSQ_CPU_AMX_*) first. */
 bool dsq_amx_ready(void);
+/* Loads the tile configuration on the calling thread: palette 1, all eight
+ * tiles 16 rows x 64 bytes (the one shape the tile kernels use). Only after
+ * dsq_amx_ready() said yes. */
+void dsq_amx_configure(void);
 
 #endif

@@ -8,6 +8,7 @@
 #define DSQ_KERNELS_CPU_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 /* Instruction-set extensions, each answered only when the OS also saves the
  * register state it needs (XCR0 through XGETBV): YMM for the AVX family,
@@ -34,6 +35,9 @@ typedef enum dsq_cpu_feature {
 /* True when the running CPU and OS support f; false for unknown values and on
  * other architectures. Probed once per process. */
 bool dsq_cpu_has(dsq_cpu_feature f);
+/* The CPU's brand string ("Intel(R) Xeon(R) Processor"), or "unknown", into
+ * buf (benchmarks print it next to their figures). */
+void dsq_cpu_model(char *buf, size_t cap);
 /* Lower-case name as in /proc/cpuinfo style lists ("avx512_bf16"); "?" if unknown. */
 const char *dsq_cpu_feature_name(dsq_cpu_feature f);
 

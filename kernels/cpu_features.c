@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
@@ -101,4 +103,22 @@ bool dsq_cpu_has_avx512bf16(void)
 {
     return dsq_cpu_has(DSQ_CPU_AVX512F) && dsq_cpu_has(DSQ_CPU_AVX512BW) && dsq_cpu_has(DSQ_CPU_AVX512VL) &&
            dsq_cpu_has(DSQ_CPU_AVX512_BF16);
+}
+
+void dsq_cpu_model(char *buf, size_t cap)
+{
+    if (!buf || cap == 0) return;
+    snprintf(buf, cap, "unknown");
+#if defined(__x86_64__) && defined(__GNUC__)
+    /* the brand string: CPUID 0x80000002-4, 48 bytes, NUL-padded, often space-led */
+    uint32_t r[12];
+    if (__get_cpuid_max(0x80000000u, NULL) < 0x80000004u) return;
+    for (uint32_t i = 0; i < 3; i++) __get_cpuid(0x80000002u + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3]);
+    char s[49];
+    memcpy(s, r, 48);
+    s[48] = 0;
+    const char *p = s;
+    while (*p == ' ') p++;
+    if (*p) snprintf(buf, cap, "%s", p);
+#endif
 }

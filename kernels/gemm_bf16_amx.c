@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "kernels/amx.h"
 #include "kernels/gemm_bf16.h"
 
 #define NR DSQ_GEMM_BF16_NR
@@ -29,21 +30,7 @@
 
 #include <immintrin.h>
 
-/* Palette 1, every tile 16 rows of 64 bytes: tmm0-3 C, tmm4-5 A, tmm6-7 B. */
-typedef struct tilecfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tilecfg;
-
-static void configure(void)
-{
-    tilecfg c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int i = 0; i < 8; i++) c.colsb[i] = 64, c.rows[i] = TM;
-    _tile_loadconfig(&c);
-}
+/* Tiles (kernels/amx.h's 16 x 64-byte shape): tmm0-3 C, tmm4-5 A, tmm6-7 B. */
 
 /* A's rows i0.. (mr of them, 2*np values each) into pad as 32 rows of
  * 2*npa values, zeros past the data. */
@@ -112,7 +99,7 @@ void dsq_gemm_bf16_block_amx(int64_t m, int64_t n, int64_t np, int64_t npa, cons
                              const uint16_t *Bp, float *C, int64_t ldc, bool accumulate, uint16_t *apad, float *ctmp)
 {
     int64_t panels = (n + NR - 1) / NR, bstride = NR * 2 * 2; /* bytes from one pair row of a panel to the next */
-    configure();
+    dsq_amx_configure();
     for (int64_t i0 = 0; i0 < m; i0 += 2 * TM) {
         int64_t mr = m - i0 < 2 * TM ? m - i0 : 2 * TM;
         const uint16_t *Ab = A + i0 * lda;

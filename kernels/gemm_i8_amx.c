@@ -15,25 +15,13 @@
 
 #include <string.h>
 
+#include "kernels/amx.h"
+
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
 
 #include <immintrin.h>
 
-/* Palette 1, every tile 16 rows of 64 bytes: tmm0-1 C, tmm2 A, tmm3-4 B. */
-typedef struct tilecfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tilecfg;
-
-static void configure(void)
-{
-    tilecfg c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int i = 0; i < 5; i++) c.colsb[i] = 64, c.rows[i] = 16;
-    _tile_loadconfig(&c);
-}
+/* Tiles (kernels/amx.h's 16 x 64-byte shape): tmm0-1 C, tmm2 A, tmm3-4 B. */
 
 /* C[t][col - r0] for the 16 tokens from t0 (nt valid) and the 32 weight rows
  * from p0 (two panels), keeping only rows in [r0, r1). */
@@ -52,7 +40,7 @@ void dsq_gemm_i8_rows_amx(const dsq_gemm_i8_w *w, int64_t r0, int64_t r1, int64_
     int8_t apad[16 * 64];
     int32_t out[2][16 * 16];
     int64_t panel_bytes = 16 * w->kp;
-    configure();
+    dsq_amx_configure();
     for (int64_t t0 = 0; t0 < m; t0 += 16) {
         int nt = m - t0 < 16 ? (int)(m - t0) : 16;
         for (int64_t p0 = r0 / 16 * 16; p0 < r1; p0 += 32) {
