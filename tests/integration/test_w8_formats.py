@@ -3,7 +3,8 @@
 Each folder is made by our CLI from the default model (F32 Hugging Face
 folder) or, for 128x128 FP8 blocks, from a random Llama whose widths are
 multiples of 128 (dsq_testlib.make_tiny_llama: SmolLM2's 576 is not, and
-vLLM needs whole activation groups). The decoders below know only the
+vLLM needs whole activation groups); the default model's blocks are written
+too, with --partial-blocks (partial last blocks and groups). The decoders below know only the
 formats as documented:
 
   compressed-tensors int-quantized / float-quantized (compressed-tensors
@@ -88,6 +89,9 @@ ARTIFACTS = [
     ("fp8-ct-static", "base", ["fp8", "--scheme", "static", *CALIB], "ct",
      dict(kind="fp8", wgran="tensor", act="tensor", smoothed=False)),
     ("fp8-ct-block", "tiny", ["fp8", "--scheme", "block"], "ct",
+     dict(kind="fp8", wgran="block", act="group", smoothed=False)),
+    # SmolLM2's 576 widths: partial last groups and blocks, written on request (vLLM refuses them)
+    ("fp8-ct-block-partial", "base", ["fp8", "--scheme", "block", "--partial-blocks"], "ct",
      dict(kind="fp8", wgran="block", act="group", smoothed=False)),
     ("fp8-native-static", "base", ["fp8", "--scheme", "static", "--format", "fp8", *CALIB], "fp8",
      dict(kind="fp8", wgran="tensor", act="tensor", smoothed=False)),
@@ -349,7 +353,7 @@ def check_transformers(folders, ids, text_file, problems):
         print(f"transformers {theirs_name} {t:.6f} vs ours {ours_name} {o:.6f} (rel {rel:.1e})", flush=True)
         if rel > TOL:
             problems.append(f"transformers on {theirs_name}: NLL {t:.6f} vs ours on {ours_name} {o:.6f}")
-    for name in ("w8a8-rtn-dynamic", "w8a8-smooth-dynamic", "fp8-ct-static"):
+    for name in ("w8a8-rtn-dynamic", "w8a8-smooth-dynamic", "fp8-ct-static", "fp8-ct-block-partial"):
         if name in folders:  # loads and runs; its activations are quantized by ours, not by the dense model
             t, o = transformers_nll(folders[name], ids), ours_nll(folders[name], text_file)
             print(f"transformers {name} (dense weights) {t:.6f}, ours (quantized activations) {o:.6f}", flush=True)
