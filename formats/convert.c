@@ -109,7 +109,10 @@ static dsq_status plan_push(plan *p, plan_item **out)
     return DSQ_OK;
 }
 
-static dsq_status plan_finish_item(plan_item *it, const dsq_tensor *src)
+/* Shape, byte count and, for permuted q/k projections, a row count the
+ * permutation can take: refused here, before any file is started (a zero-row
+ * k_proj used to reach a division by its rows). */
+static dsq_status plan_finish_item(const dsq_arch *a, plan_item *it, const dsq_tensor *src)
 {
     it->src_type = src->type;
     it->n_dims = src->n_dims > 0 ? src->n_dims : 1;
@@ -119,6 +122,12 @@ static dsq_status plan_finish_item(plan_item *it, const dsq_tensor *src)
     if (!dsq_mul_dims(it->shape, it->n_dims, &n))
         return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: shape overflows", src->name);
     if (dsq_type_nbytes(it->type, n, &it->nbytes) != DSQ_OK)
+        return dsq_fail_context(DSQ_ERR_FORMAT, "tensor %s", src->name);
+    if (it->perm == DSQ_PERMUTE_NONE) return DSQ_OK;
+    if (it->n_dims != 2)
+        return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: a q/k projection must be a matrix, not %d-dimensional", src->name,
+                        it->n_dims);
+    if (dsq_permute_check(a, it->perm, it->shape[0]) != DSQ_OK)
         return dsq_fail_context(DSQ_ERR_FORMAT, "tensor %s", src->name);
     return DSQ_OK;
 }
@@ -401,7 +410,7 @@ static dsq_status plan_hf_to_gguf(const dsq_arch *a, const dsq_st_model *m, dsq_
         DSQ_TRY(dsq_name_hf_to_gguf(a, t.name, it->name, sizeof it->name, &it->perm));
         it->type = gguf_tensor_type(it->name, t.n_dims, ftype);
         it->keep_f32 = gguf_tensor_type(it->name, t.n_dims, DSQ_TYPE_COUNT) == DSQ_TYPE_F32;
-        DSQ_TRY(plan_finish_item(it, &t));
+        DSQ_TRY(plan_finish_item(a, it, &t));
     }
     if (p->n == 0) return dsq_fail(DSQ_ERR_FORMAT, "no tensors to convert");
     return DSQ_OK;
@@ -632,7 +641,7 @@ static dsq_status plan_gguf_to_hf(const dsq_arch *a, const dsq_gguf *g, dsq_type
         it->src = i;
         DSQ_TRY(dsq_name_gguf_to_hf(a, t.name, it->name, sizeof it->name, &it->perm));
         it->type = out_type;
-        DSQ_TRY(plan_finish_item(it, &t));
+        DSQ_TRY(plan_finish_item(a, it, &t));
     }
     if (p->n == 0) return dsq_fail(DSQ_ERR_FORMAT, "%s: no tensors to convert", g->path);
     return DSQ_OK;

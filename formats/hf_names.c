@@ -203,8 +203,7 @@ static void permute_copy(const uint8_t *src, uint8_t *dst, int64_t heads, int64_
     }
 }
 
-dsq_status dsq_permute_rows(const dsq_arch *a, dsq_permute_kind kind, bool to_gguf, void *data, int64_t rows,
-                            size_t row_bytes, void *scratch)
+dsq_status dsq_permute_check(const dsq_arch *a, dsq_permute_kind kind, int64_t rows)
 {
     if (kind == DSQ_PERMUTE_NONE) return DSQ_OK;
     if (kind != DSQ_PERMUTE_Q && kind != DSQ_PERMUTE_K) return dsq_fail(DSQ_ERR_ARG, "unknown permutation %d", kind);
@@ -212,6 +211,15 @@ dsq_status dsq_permute_rows(const dsq_arch *a, dsq_permute_kind kind, bool to_gg
     if (heads <= 0 || rows <= 0 || rows % (2 * heads) != 0)
         return dsq_fail(DSQ_ERR_FORMAT, "%s permutation: %lld rows are not divisible into %lld heads of rotary pairs",
                         kind == DSQ_PERMUTE_Q ? "q_proj" : "k_proj", (long long)rows, (long long)heads);
+    return DSQ_OK;
+}
+
+dsq_status dsq_permute_rows(const dsq_arch *a, dsq_permute_kind kind, bool to_gguf, void *data, int64_t rows,
+                            size_t row_bytes, void *scratch)
+{
+    if (kind == DSQ_PERMUTE_NONE) return DSQ_OK;
+    DSQ_TRY(dsq_permute_check(a, kind, rows));
+    int64_t heads = kind == DSQ_PERMUTE_Q ? a->n_heads : a->n_kv_heads;
     if (row_bytes == 0 || (uint64_t)rows > SIZE_MAX / row_bytes)
         return dsq_fail(DSQ_ERR_ARG, "permutation: %lld rows of %zu bytes do not fit in memory", (long long)rows,
                         row_bytes);

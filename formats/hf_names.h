@@ -38,6 +38,10 @@ bool dsq_name_gguf_is_ignored(const char *gguf);
  * row_bytes = element size) in place for kind; `to_gguf` picks the direction
  * (false = the inverse, GGUF -> HF). rows must be divisible by 2 * heads.
  * scratch: rows * row_bytes bytes, or NULL to allocate. */
+/* Whether rows rows of a q_proj / k_proj can be permuted for a: positive and
+ * a whole number of heads of rotary pairs. Convert plans ask before anything
+ * is written; dsq_permute_rows asks again. */
+dsq_status dsq_permute_check(const dsq_arch *a, dsq_permute_kind kind, int64_t rows);
 dsq_status dsq_permute_rows(const dsq_arch *a, dsq_permute_kind kind, bool to_gguf, void *data, int64_t rows,
                             size_t row_bytes, void *scratch);
 

@@ -247,12 +247,19 @@ static int model_tensors(family fam, bool tie, spec_tensor *out)
     return n;
 }
 
+static void write_spec(const char *dir, const spec_tensor *ts, int n, family fam, dsq_type t, uint64_t shard_bytes);
+
 /* Writes the weights (random normal, stored in type t); shard_bytes small
  * enough gives a sharded checkpoint with an index. */
 static void write_weights(const char *dir, family fam, bool tie, dsq_type t, uint64_t shard_bytes)
 {
     spec_tensor ts[64];
     int n = model_tensors(fam, tie, ts);
+    write_spec(dir, ts, n, fam, t, shard_bytes);
+}
+
+static void write_spec(const char *dir, const spec_tensor *ts, int n, family fam, dsq_type t, uint64_t shard_bytes)
+{
     dsq_st_writer *w = NULL;
     assert_int_equal(dsq_st_writer_new(dir, "model", shard_bytes, &w), DSQ_OK);
     assert_int_equal(dsq_st_writer_set_meta(w, "format", "pt"), DSQ_OK);
@@ -753,6 +760,65 @@ static void test_truncated_shard(void **st)
     dsq_test_rmtmp(root);
 }
 
+/* A q/k projection whose rows cannot be permuted (zero rows, or not whole
+ * heads of rotary pairs) is refused by name before anything is written, in
+ * both directions; it used to divide by the row count (SIGFPE). */
+static void test_unpermutable_projection(void **st)
+{
+    (void)st;
+    static const int64_t bad_rows[] = {0, KV_HEADS * HEAD_DIM - 1};
+    for (size_t b = 0; b < sizeof bad_rows / sizeof *bad_rows; b++) {
+        char *root = dsq_test_mkdtemp(), *hf = join(root, "hf"), *out = join(root, "out");
+        assert_int_equal(mkdir(hf, 0755), 0);
+        assert_int_equal(mkdir(out, 0755), 0);
+        write_config(hf, FAM_LLAMA, false, NULL);
+        write_tokenizer(hf);
+        spec_tensor ts[64];
+        int n = model_tensors(FAM_LLAMA, false, ts);
+        for (int i = 0; i < n; i++)
+            if (!strcmp(ts[i].name, "model.layers.1.self_attn.k_proj.weight")) ts[i].shape[0] = bad_rows[b];
+        write_spec(hf, ts, n, FAM_LLAMA, DSQ_TYPE_F32, DSQ_CONVERT_DEFAULT_SHARD_BYTES);
+        char *gg = join(out, "m.gguf");
+        assert_int_not_equal(dsq_convert_hf_to_gguf(hf, gg, DSQ_CONVERT_F32, false), DSQ_OK);
+        if (!strstr(dsq_errmsg(), "model.layers.1.self_attn.k_proj.weight") || !strstr(dsq_errmsg(), "rotary pairs"))
+            fail_msg("rows %lld: message \"%s\"", (long long)bad_rows[b], dsq_errmsg());
+        assert_int_equal(dsq_test_count_entries(out), 0);
+        free(gg), free(hf), free(out);
+        dsq_test_rmtmp(root);
+    }
+    /* GGUF -> HF: a good GGUF whose blk.1.attn_k.weight claims zero rows */
+    char *root = dsq_test_mkdtemp(), *hf = make_hf(root, "hf", FAM_LLAMA, false, DSQ_TYPE_F32, 0);
+    char *good = join(root, "good.gguf"), *bad = join(root, "bad.gguf"), *out = join(root, "out");
+    assert_int_equal(dsq_convert_hf_to_gguf(hf, good, DSQ_CONVERT_F32, false), DSQ_OK);
+    dsq_gguf *g = NULL;
+    assert_int_equal(dsq_gguf_open(good, &g), DSQ_OK);
+    dsq_gguf_writer *w = NULL;
+    assert_int_equal(dsq_gguf_writer_new(&w), DSQ_OK);
+    for (uint64_t i = 0; i < g->n_kv; i++) assert_int_equal(dsq_gguf_set(w, g->kv[i].key, &g->kv[i].value), DSQ_OK);
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        dsq_tensor t;
+        assert_int_equal(dsq_gguf_tensor(g, i, &t), DSQ_OK);
+        int64_t shape[2] = {t.shape[0], t.n_dims > 1 ? t.shape[1] : 1};
+        if (!strcmp(t.name, "blk.1.attn_k.weight")) shape[0] = 0;
+        assert_int_equal(dsq_gguf_add_tensor(w, t.name, t.type, t.n_dims, shape), DSQ_OK);
+    }
+    assert_int_equal(dsq_gguf_writer_begin(w, bad, false), DSQ_OK);
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        dsq_tensor t;
+        assert_int_equal(dsq_gguf_tensor(g, i, &t), DSQ_OK);
+        if (strcmp(t.name, "blk.1.attn_k.weight")) assert_int_equal(dsq_gguf_writer_write(w, t.data, t.nbytes), DSQ_OK);
+    }
+    assert_int_equal(dsq_gguf_writer_finish(w), DSQ_OK);
+    dsq_gguf_writer_free(w);
+    dsq_gguf_close(g);
+    assert_int_not_equal(dsq_convert_gguf_to_hf(bad, out, DSQ_CONVERT_F32, false, 0), DSQ_OK);
+    if (!strstr(dsq_errmsg(), "blk.1.attn_k.weight") || !strstr(dsq_errmsg(), "rotary pairs"))
+        fail_msg("gguf: message \"%s\"", dsq_errmsg());
+    assert_false(dsq_exists(out));
+    free(hf), free(good), free(bad), free(out);
+    dsq_test_rmtmp(root);
+}
+
 /* Copies gguf `from` to `to` with one extra zero-filled tensor. */
 static void add_gguf_tensor(const char *from, const char *to, const char *name, dsq_type type, int n_dims,
                             const int64_t *shape)
@@ -1011,6 +1077,7 @@ int main(void)
         cmocka_unit_test(test_output_exists),
         cmocka_unit_test(test_output_unwritable),
         cmocka_unit_test(test_truncated_shard),
+        cmocka_unit_test(test_unpermutable_projection),
         cmocka_unit_test(test_gguf_unconvertible_tensor),
         cmocka_unit_test(test_cli),
         cmocka_unit_test(test_real_model),
