@@ -257,7 +257,9 @@ static dsq_status fetch_member(const char *name, const dsq_dataset_file *f, cons
     size_t len = 0;
     dsq_status s = dsq_mmap_open(archive, &m);
     if (s == DSQ_OK) {
-        s = dsq_zip_extract(m.data, m.size, f->member, &text, &len, MAX_TEXT);
+        /* the member is the registry's file: nothing larger is inflated (a
+         * hostile archive's declared size would otherwise be allocated first) */
+        s = dsq_zip_extract(m.data, m.size, f->member, &text, &len, f->bytes < MAX_TEXT ? f->bytes : MAX_TEXT);
         dsq_mmap_close(&m);
         if (s != DSQ_OK) s = dsq_fail_context(s, "%s", url);
     }

@@ -132,6 +132,18 @@ static dsq_status plan_finish_item(const dsq_arch *a, plan_item *it, const dsq_t
     return DSQ_OK;
 }
 
+/* The embedding and the output head have vocab_size rows: the vocabulary the
+ * tokenizer is sized to (a config that claims 2^24 tokens for a 300-row
+ * embedding used to become a GGUF of 16.7 M "[PAD]" tokens). gguf_name is
+ * the tensor's GGUF name, file_name what the message calls it. */
+static dsq_status check_vocab_rows(const dsq_arch *a, const char *gguf_name, const plan_item *it, const char *file_name)
+{
+    if (strcmp(gguf_name, "token_embd.weight") != 0 && strcmp(gguf_name, "output.weight") != 0) return DSQ_OK;
+    if (a->vocab_size <= 0 || it->shape[0] == a->vocab_size) return DSQ_OK;
+    return dsq_fail(DSQ_ERR_FORMAT, "tensor %s has %lld rows but the model's vocab_size is %lld", file_name,
+                    (long long)it->shape[0], (long long)a->vocab_size);
+}
+
 /* ---------------------------------------------------------------- streaming */
 
 typedef dsq_status (*sink_fn)(void *w, const void *data, uint64_t n);
@@ -411,6 +423,7 @@ static dsq_status plan_hf_to_gguf(const dsq_arch *a, const dsq_st_model *m, dsq_
         it->type = gguf_tensor_type(it->name, t.n_dims, ftype);
         it->keep_f32 = gguf_tensor_type(it->name, t.n_dims, DSQ_TYPE_COUNT) == DSQ_TYPE_F32;
         DSQ_TRY(plan_finish_item(a, it, &t));
+        DSQ_TRY(check_vocab_rows(a, it->name, it, t.name));
     }
     if (p->n == 0) return dsq_fail(DSQ_ERR_FORMAT, "no tensors to convert");
     return DSQ_OK;
@@ -642,6 +655,7 @@ static dsq_status plan_gguf_to_hf(const dsq_arch *a, const dsq_gguf *g, dsq_type
         DSQ_TRY(dsq_name_gguf_to_hf(a, t.name, it->name, sizeof it->name, &it->perm));
         it->type = out_type;
         DSQ_TRY(plan_finish_item(a, it, &t));
+        DSQ_TRY(check_vocab_rows(a, t.name, it, t.name));
     }
     if (p->n == 0) return dsq_fail(DSQ_ERR_FORMAT, "%s: no tensors to convert", g->path);
     return DSQ_OK;

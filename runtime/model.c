@@ -188,6 +188,9 @@ static dsq_status load_globals(dsq_model *m, const dsq_hfq *qc)
     if (m->tok_embd.n_dims != 2 || m->tok_embd.shape[1] != m->dim)
         return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: expected [vocab, %lld]", m->tok_embd.name, (long long)m->dim);
     m->vocab = m->tok_embd.shape[0];
+    if (m->arch.vocab_size > 0 && m->arch.vocab_size != m->vocab)
+        return dsq_fail(DSQ_ERR_FORMAT, "tensor %s has %lld rows but the model's vocab_size is %lld", m->tok_embd.name,
+                        (long long)m->vocab, (long long)m->arch.vocab_size);
     DSQ_TRY(align_data(m, &m->tok_embd));
     /* The embedding is read row by row through the linear storage's rules. */
     dsq_linear probe;

@@ -819,6 +819,34 @@ static void test_unpermutable_projection(void **st)
     dsq_test_rmtmp(root);
 }
 
+/* config.json's vocab_size must be the embedding's row count: a config that
+ * claims 2^24 tokens for a VOCAB-row embedding is refused by name (it used to
+ * become a GGUF of 16.7 M padding tokens), before anything is written. */
+static void test_vocab_size_mismatch(void **st)
+{
+    (void)st;
+    char *root = dsq_test_mkdtemp(), *hf = make_hf(root, "hf", FAM_LLAMA, true, DSQ_TYPE_F32, 0);
+    char *cfg = join(hf, "config.json"), *out = join(root, "out"), *gg = join(out, "m.gguf");
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(dsq_read_file(cfg, 1 << 20, &text, &len), DSQ_OK);
+    cJSON *o = cJSON_ParseWithLength(text, len);
+    free(text);
+    assert_non_null(o);
+    cJSON_ReplaceItemInObject(o, "vocab_size", cJSON_CreateNumber(16777216));
+    text = cJSON_Print(o);
+    write_text(hf, "config.json", text);
+    free(text);
+    cJSON_Delete(o);
+    assert_int_equal(mkdir(out, 0755), 0);
+    assert_int_not_equal(dsq_convert_hf_to_gguf(hf, gg, DSQ_CONVERT_F32, false), DSQ_OK);
+    if (!strstr(dsq_errmsg(), "model.embed_tokens.weight") || !strstr(dsq_errmsg(), "vocab_size is 16777216"))
+        fail_msg("message \"%s\"", dsq_errmsg());
+    assert_int_equal(dsq_test_count_entries(out), 0);
+    free(cfg), free(out), free(gg), free(hf);
+    dsq_test_rmtmp(root);
+}
+
 /* Copies gguf `from` to `to` with one extra zero-filled tensor. */
 static void add_gguf_tensor(const char *from, const char *to, const char *name, dsq_type type, int n_dims,
                             const int64_t *shape)
@@ -1078,6 +1106,7 @@ int main(void)
         cmocka_unit_test(test_output_unwritable),
         cmocka_unit_test(test_truncated_shard),
         cmocka_unit_test(test_unpermutable_projection),
+        cmocka_unit_test(test_vocab_size_mismatch),
         cmocka_unit_test(test_gguf_unconvertible_tensor),
         cmocka_unit_test(test_cli),
         cmocka_unit_test(test_real_model),

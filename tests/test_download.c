@@ -323,6 +323,30 @@ static void test_zip_dataset_download(void **state)
     capture();
     const char *fake = " \n = Not Robert Boulter = \n \n";
     run_wikitext_zip(dir, fake, strlen(fake), false);
+    /* a member larger than the registry's file is refused before its size is
+     * allocated or inflated (the limit is the registry's byte count) */
+    uint64_t want = dsq_dataset_find("wikitext2")->layout[0].bytes;
+    char *big = malloc((size_t)want + 2);
+    assert_non_null(big);
+    memset(big, 'a', (size_t)want + 1);
+    big[want + 1] = 0;
+    {
+        zmember m[1] = {{"wikitext-2-raw/wiki.test.raw", big, (size_t)want + 1, 8}};
+        zinfo info;
+        size_t zl;
+        uint8_t *zip = make_zip(m, 1, &zl, &info);
+        char *mirror = path_in(dir, "mirror");
+        free(dsq_test_write(mirror, "wikitext-2-raw-v1.zip", zip, zl));
+        char path[4096], *text = NULL;
+        size_t len;
+        assert_int_not_equal(dsq_dataset_load("wikitext2", DSQ_TEXT_RAW, path, sizeof path, &text, &len), DSQ_OK);
+        char limit[64];
+        snprintf(limit, sizeof limit, "above the limit of %llu bytes", (unsigned long long)want);
+        expect_in(dsq_errmsg(), limit);
+        expect_entries(dir, "cache/datasets", 0);
+        free(zip), free(mirror);
+    }
+    free(big);
     char *raw = dsq_test_shared("datasets/wiki.test.raw");
     if (raw) {
         char *real;
