@@ -190,6 +190,15 @@ static dsq_status on_linear(void *user, int layer, int which, int expert, const 
     return which == h->stop_after ? DSQ_STOP : DSQ_OK;
 }
 
+/* Whether linear id's product runs in a pass of `half` that h may stop: the
+ * block lists linears in the order the forward runs them, and a stop comes at
+ * the stopping linear's input. A linear wrongly left out only packs per call. */
+static bool pass_runs(const dsq_block_desc *d, int id, int half, const dsq_seq_hooks *h)
+{
+    if (half != DSQ_SEQ_WHOLE_LAYER && d->groups[d->linears[id].group].half != half) return false;
+    return !h || h->stop_after < 0 || id < h->stop_after;
+}
+
 dsq_status dsq_seq_run_pass(dsq_seq_runner *r, int l, int half, const float *in, float *out, int n, dsq_seq_hooks *h)
 {
     size_t rows = (size_t)r->seqlen * (size_t)r->dim;
@@ -201,9 +210,11 @@ dsq_status dsq_seq_run_pass(dsq_seq_runner *r, int l, int half, const float *in,
     dsq_status s = DSQ_OK;
     /* the layer's weights hold still for the whole pass: BF16 passes pack
      * them once instead of once per sample */
+    const dsq_block_desc *d = dsq_ctx_model(r->ctx)->block;
     dsq_layer *L = &dsq_ctx_model(r->ctx)->layers[l];
-    int nlin = dsq_ctx_model(r->ctx)->block->n_linears;
-    for (int id = 0; id < nlin && s == DSQ_OK && dsq_ctx_bf16(r->ctx); id++) s = dsq_linear_bf16_pack(&L->lin[id]);
+    int nlin = d->n_linears;
+    for (int id = 0; id < nlin && s == DSQ_OK && dsq_ctx_bf16(r->ctx); id++)
+        if (pass_runs(d, id, half, h)) s = dsq_linear_bf16_pack(&L->lin[id]);
     for (int i = 0; i < n && s == DSQ_OK; i++) {
         float *buf = out ? out + (size_t)i * rows : r->scratch;
         if (buf != in + (size_t)i * rows) memcpy(buf, in + (size_t)i * rows, rows * sizeof *buf);

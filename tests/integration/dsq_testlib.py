@@ -58,6 +58,16 @@ def wiki_path():
     skip("wiki.test.raw not found (DSQ_DATA, $DSQ_SHARED_DIR/datasets, ../shared/datasets)")
 
 
+def wiki_excerpt(work, nbytes=6000):
+    """work/text.txt: the first nbytes of WikiText-2, cut at a line end; its path."""
+    path = os.path.join(work, "text.txt")
+    with open(wiki_path(), "rb") as f:
+        data = f.read(nbytes)
+    with open(path, "wb") as f:
+        f.write(data[:data.rfind(b"\n") + 1])
+    return path
+
+
 def dsquant(*args, env=None):
     """Runs `dsquant -q ARGS`; exits the test with dsquant's stderr when it fails."""
     r = subprocess.run([binary(), "-q", *args], capture_output=True, text=True, env=env)

@@ -28,7 +28,7 @@ import shutil
 import sys
 import tempfile
 
-from dsq_testlib import default_model, dsquant, skip, wiki_path
+from dsq_testlib import default_model, dsquant, skip, wiki_excerpt, wiki_path
 
 CTX = 256
 CHUNKS = 2
@@ -68,15 +68,12 @@ def theirs(folder, ids, quantized):
 
 
 def main():
-    src, wiki = default_model(), wiki_path()
+    src = default_model()
+    wiki_path()  # exits 77 without the text, before anything is made
     work = tempfile.mkdtemp(prefix="dsq-intlogits-")
     problems = []
     try:
-        text_file = os.path.join(work, "text.txt")
-        with open(wiki, "rb") as f:
-            data = f.read(6000)
-        with open(text_file, "wb") as f:
-            f.write(data[:data.rfind(b"\n") + 1])
+        text_file = wiki_excerpt(work)
         base = os.path.join(work, "base")
         dsquant("convert", src, "-o", base, "--dtype", "f32")
         ids = [int(t) for t in dsquant("tokenize", base, "--file", text_file).split()]

@@ -70,7 +70,8 @@ import sys
 import tempfile
 import time
 
-from dsq_testlib import binary, default_model, dsquant, has_command, make_tiny_llama, vllm_python, wiki_path
+from dsq_testlib import (binary, default_model, dsquant, has_command, make_tiny_llama, vllm_python, wiki_excerpt,
+                         wiki_path)
 
 CTX = 256
 CHUNKS = 2
@@ -331,11 +332,7 @@ def main():
     work = tempfile.mkdtemp(prefix="dsq-vllm-")
     problems = []
     try:
-        text_file = os.path.join(work, "text.txt")
-        with open(wiki, "rb") as f:
-            data = f.read(6000)
-        with open(text_file, "wb") as f:
-            f.write(data[:data.rfind(b"\n") + 1])
+        text_file = wiki_excerpt(work)
         models = {"base": os.path.join(work, "base"), "tiny": os.path.join(work, "tiny")}
         dsquant("convert", src, "-o", models["base"], "--dtype", "bf16")
         make_tiny_llama(models["tiny"], models["base"])

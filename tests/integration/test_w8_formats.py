@@ -56,7 +56,7 @@ import sys
 import tempfile
 import time
 
-from dsq_testlib import default_model, dsquant, has_command, make_tiny_llama, skip, wiki_path
+from dsq_testlib import default_model, dsquant, has_command, make_tiny_llama, skip, wiki_excerpt, wiki_path
 
 try:
     import numpy as np
@@ -368,11 +368,7 @@ def main():
     work = tempfile.mkdtemp(prefix="dsq-w8fmt-")
     problems, skipped = [], []
     try:
-        text_file = os.path.join(work, "text.txt")
-        with open(wiki, "rb") as f:
-            data = f.read(6000)
-        with open(text_file, "wb") as f:
-            f.write(data[:data.rfind(b"\n") + 1])
+        text_file = wiki_excerpt(work)
         models = {"base": os.path.join(work, "base"), "tiny": os.path.join(work, "tiny")}
         dsquant("convert", src, "-o", models["base"], "--dtype", "f32")
         make_tiny_llama(models["tiny"], models["base"])
