@@ -21,6 +21,7 @@ static const dsq_cmd g_cmds[] = {
     {"smoothquant", "SmoothQuant W8A8 (INT8 weights and activations) to a compressed-tensors folder", dsq_cmd_w8},
     {"fp8", "FP8 E4M3 (dynamic, static, block, weight-only) to a vLLM-loadable folder", dsq_cmd_w8},
     {"tokenize", "text to token ids and back with a model's tokenizer", dsq_cmd_tokenize},
+    {"logits", "log-probabilities of every position for given token ids (raw float32)", dsq_cmd_logits},
 };
 
 static void usage(FILE *out)

@@ -10,6 +10,7 @@ static const struct {
 } g_archs[] = {
     {DSQ_ARCH_LLAMA, &dsq_block_llama},
     {DSQ_ARCH_QWEN2, &dsq_block_qwen2},
+    {DSQ_ARCH_DEEPSEEK2, &dsq_block_deepseek2},
 };
 
 const dsq_block_desc *dsq_block_desc_of(const dsq_arch *a)
@@ -26,10 +27,52 @@ int64_t dsq_block_dim(const dsq_arch *a, dsq_dim d)
     case DSQ_DIM_Q: return a->n_heads * a->head_dim;
     case DSQ_DIM_K: return a->n_kv_heads * a->head_dim;
     case DSQ_DIM_V: return a->n_kv_heads * a->head_dim;
-    case DSQ_DIM_ATT: return a->n_heads * a->head_dim;
+    case DSQ_DIM_ATT: return a->n_heads * (a->family == DSQ_ARCH_DEEPSEEK2 ? a->mla.v_head_dim : a->head_dim);
     case DSQ_DIM_FFN: return a->intermediate_size;
+    case DSQ_DIM_QLORA: return a->mla.q_lora_rank;
+    case DSQ_DIM_KVA: return a->mla.kv_lora_rank + a->mla.qk_rope_head_dim;
+    case DSQ_DIM_KVLORA: return a->mla.kv_lora_rank;
+    case DSQ_DIM_KVB: return a->n_heads * (a->mla.qk_nope_head_dim + a->mla.v_head_dim);
+    case DSQ_DIM_SHEXP: return a->moe.n_shared * a->moe.ffn;
+    case DSQ_DIM_EXPFFN: return a->moe.ffn;
+    case DSQ_DIM_EXPERTS: return a->moe.n_routed;
     }
     return 0;
+}
+
+static bool when_holds(dsq_block_when w, const dsq_arch *a, int64_t l)
+{
+    switch (w) {
+    case DSQ_WHEN_ALWAYS: return true;
+    case DSQ_WHEN_Q_LORA: return a->mla.q_lora_rank > 0;
+    case DSQ_WHEN_NO_Q_LORA: return a->mla.q_lora_rank == 0;
+    case DSQ_WHEN_DENSE: return !dsq_arch_layer_is_moe(a, l);
+    case DSQ_WHEN_MOE: return dsq_arch_layer_is_moe(a, l);
+    case DSQ_WHEN_SHARED: return dsq_arch_layer_is_moe(a, l) && a->moe.n_shared > 0;
+    }
+    return false;
+}
+
+bool dsq_block_norm_present(const dsq_block_desc *d, const dsq_arch *a, int64_t l, int i)
+{
+    return when_holds(d->norms[i].when, a, l);
+}
+
+bool dsq_block_linear_present(const dsq_block_desc *d, const dsq_arch *a, int64_t l, int i)
+{
+    return when_holds(d->linears[i].when, a, l);
+}
+
+int64_t dsq_block_norm_dim(const dsq_block_desc *d, const dsq_arch *a, int i)
+{
+    return dsq_block_dim(a, d->norms[i].dim);
+}
+
+dsq_status dsq_block_require(const dsq_block_desc *d, const dsq_arch *a, unsigned caps, const char *what)
+{
+    if ((d->caps & caps) == caps) return DSQ_OK;
+    return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: %s models (%s blocks) are not supported yet", what,
+                    a->hf_architecture[0] ? a->hf_architecture : d->name, d->name);
 }
 
 void dsq_block_linear_shape(const dsq_block_desc *d, const dsq_arch *a, int i, int64_t *out, int64_t *in)

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "formats/hf_config.h"
+#include "core/status.h"
 #include "formats/hf_names.h"
 
 /* Bounds every description keeps (test_block checks), so per-layer arrays can be fixed. */
@@ -36,7 +37,31 @@ typedef enum dsq_dim {
     DSQ_DIM_V,         /* n_kv_heads x value head dim */
     DSQ_DIM_ATT,       /* n_heads x value head dim: the attention output */
     DSQ_DIM_FFN,       /* intermediate_size */
+    /* MLA and MoE (DeepSeek) */
+    DSQ_DIM_QLORA,   /* q_lora_rank */
+    DSQ_DIM_KVA,     /* kv_lora_rank + qk_rope_head_dim: the latent and the shared rope key */
+    DSQ_DIM_KVLORA,  /* kv_lora_rank */
+    DSQ_DIM_KVB,     /* n_heads x (qk_nope_head_dim + v_head_dim): keys without rope and values */
+    DSQ_DIM_SHEXP,   /* n_shared_experts x moe_intermediate_size */
+    DSQ_DIM_EXPFFN,  /* moe_intermediate_size */
+    DSQ_DIM_EXPERTS, /* n_routed_experts: the router's outputs */
 } dsq_dim;
+
+/* In which layers a norm or linear exists (DeepSeek's layers differ). */
+typedef enum dsq_block_when {
+    DSQ_WHEN_ALWAYS = 0,
+    DSQ_WHEN_Q_LORA,    /* q_lora_rank > 0: q_a / q_a_norm / q_b */
+    DSQ_WHEN_NO_Q_LORA, /* q_lora_rank == 0: a plain q_proj */
+    DSQ_WHEN_DENSE,     /* a dense MLP layer (every layer of a dense model) */
+    DSQ_WHEN_MOE,       /* an MoE layer: router and routed experts */
+    DSQ_WHEN_SHARED,    /* an MoE layer with shared experts */
+} dsq_block_when;
+
+/* What the drivers built on the description can do with a block yet. */
+enum {
+    DSQ_BLOCK_CAN_CALIBRATE = 1 << 0, /* rtn / awq / gptq / smoothquant / fp8, imatrix */
+    DSQ_BLOCK_CAN_GGUF = 1 << 1,      /* HF <-> GGUF conversion and dsquant gguf */
+};
 
 /* When a linear carries a bias tensor. */
 typedef enum dsq_bias_rule {
@@ -59,6 +84,8 @@ typedef struct dsq_block_norm {
     const char *role; /* "attn_norm" */
     const char *hf;   /* after "model.layers.N.", without ".weight" */
     const char *gguf; /* after "blk.N.", without ".weight" */
+    dsq_dim dim;      /* its width (0: hidden_size) */
+    dsq_block_when when;
 } dsq_block_norm;
 
 typedef struct dsq_block_linear {
@@ -73,6 +100,9 @@ typedef struct dsq_block_linear {
     /* its output only feeds attention scores (q, k): its own output error
      * says little, so AWQ's clip search leaves it alone (AutoAWQ's avoid_clipping) */
     bool scores;
+    dsq_block_when when;
+    /* MoE router: runs in F32 and stays unquantized (no method takes it) */
+    bool router;
 } dsq_block_linear;
 
 typedef struct dsq_block_group {
@@ -95,6 +125,7 @@ typedef struct dsq_block_desc {
     const dsq_block_norm *norms;
     const dsq_block_linear *linears;
     const dsq_block_group *groups;
+    unsigned caps; /* DSQ_BLOCK_CAN_* */
 } dsq_block_desc;
 
 /* The description of the architecture's block (every family dsq_arch knows has one). */
@@ -111,11 +142,19 @@ int dsq_block_group_first(const dsq_block_desc *d, int g);
 /* The linears of group g in description order: writes up to cap indices into
  * ids and returns how many the group has. */
 int dsq_block_group_members(const dsq_block_desc *d, int g, int *ids, int cap);
+/* Whether norm / linear i exists in layer l of a model with config a. */
+bool dsq_block_norm_present(const dsq_block_desc *d, const dsq_arch *a, int64_t l, int i);
+bool dsq_block_linear_present(const dsq_block_desc *d, const dsq_arch *a, int64_t l, int i);
+/* Norm i's width. */
+int64_t dsq_block_norm_dim(const dsq_block_desc *d, const dsq_arch *a, int i);
+/* DSQ_ERR_UNSUPPORTED naming the architecture and `what` unless d has every capability in caps. */
+dsq_status dsq_block_require(const dsq_block_desc *d, const dsq_arch *a, unsigned caps, const char *what);
 /* Index of the linear whose role is `role`, or -1. */
 int dsq_block_find_linear(const dsq_block_desc *d, const char *role);
 
 /* The architectures' own descriptions (formats/block_<arch>.c). */
 extern const dsq_block_desc dsq_block_llama;
 extern const dsq_block_desc dsq_block_qwen2;
+extern const dsq_block_desc dsq_block_deepseek2;
 
 #endif

@@ -54,5 +54,9 @@ static const dsq_block_linear g_qwen2[] = LINEARS(DSQ_BIAS_ALWAYS, DSQ_PERMUTE_N
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-const dsq_block_desc dsq_block_llama = {"llama", N(g_norms), N(g_llama), N(g_groups), 2, g_norms, g_llama, g_groups};
-const dsq_block_desc dsq_block_qwen2 = {"qwen2", N(g_norms), N(g_qwen2), N(g_groups), 2, g_norms, g_qwen2, g_groups};
+#define CAPS (DSQ_BLOCK_CAN_CALIBRATE | DSQ_BLOCK_CAN_GGUF)
+
+const dsq_block_desc dsq_block_llama = {"llama",  N(g_norms), N(g_llama), N(g_groups), 2,
+                                        g_norms, g_llama,     g_groups,   CAPS};
+const dsq_block_desc dsq_block_qwen2 = {"qwen2",  N(g_norms), N(g_qwen2), N(g_groups), 2,
+                                        g_norms, g_qwen2,     g_groups,   CAPS};

@@ -35,6 +35,8 @@ static const arch_row g_archs[] = {
     {"LlamaForCausalLM", "llama", DSQ_ARCH_LLAMA, 2048},
     {"MistralForCausalLM", "mistral", DSQ_ARCH_LLAMA, 4096 * 32},
     {"Qwen2ForCausalLM", "qwen2", DSQ_ARCH_QWEN2, 32768},
+    {"DeepseekV2ForCausalLM", "deepseek_v2", DSQ_ARCH_DEEPSEEK2, 2048},
+    {"DeepseekV3ForCausalLM", "deepseek_v3", DSQ_ARCH_DEEPSEEK2, 4096},
 };
 #define N_ARCHS (sizeof g_archs / sizeof g_archs[0])
 
@@ -127,7 +129,7 @@ static dsq_status read_architecture(const cfg *c, dsq_arch *a, const arch_row **
     if (!*row)
         return dsq_fail(DSQ_ERR_UNSUPPORTED,
                         "%s: architecture \"%.64s\" is not supported (supported: LlamaForCausalLM, "
-                        "MistralForCausalLM, Qwen2ForCausalLM)",
+                        "MistralForCausalLM, Qwen2ForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM)",
                         c->path, first->valuestring);
     a->family = (*row)->family;
     snprintf(a->hf_architecture, sizeof a->hf_architecture, "%s", (*row)->hf_architecture);
@@ -248,6 +250,121 @@ static dsq_status read_flags(const cfg *c, dsq_arch *a)
     return DSQ_OK;
 }
 
+/* ---------------------------------------------------------------- DeepSeek */
+
+/* transformers' DeepseekV2Config / DeepseekV3Config defaults, for keys a
+ * config leaves out (real checkpoints state them all). */
+typedef struct ds_defaults {
+    int64_t q_lora_rank, moe_ffn, n_routed, n_shared, top_k, n_group, topk_group, first_dense;
+    const char *topk_method, *scoring;
+    bool norm_topk_prob;
+    double routed_scaling;
+} ds_defaults;
+
+static const ds_defaults g_ds_v2 = {1536, 1407, 64, 2, 0, 1, 1, 0, "greedy", "softmax", false, 1.0};
+static const ds_defaults g_ds_v3 = {1536, 2048, 256, 1, 8, 8, 4, 3, "noaux_tc", "sigmoid", true, 2.5};
+
+static dsq_status get_str(const cfg *c, const char *key, const char *dflt, const char **out)
+{
+    const cJSON *it = field(c->root, key);
+    if (it && !cJSON_IsString(it)) return dsq_fail(DSQ_ERR_FORMAT, "%s: field \"%s\" must be a string", c->path, key);
+    *out = it ? it->valuestring : dflt;
+    return DSQ_OK;
+}
+
+static dsq_status read_topk_method(const cfg *c, const ds_defaults *d, dsq_arch_moe *m)
+{
+    const char *v = NULL;
+    DSQ_TRY(get_str(c, "topk_method", d->topk_method, &v));
+    static const struct {
+        const char *name;
+        dsq_topk_method method;
+    } k[] = {{"greedy", DSQ_TOPK_GREEDY}, {"group_limited_greedy", DSQ_TOPK_GROUP_LIMITED}, {"noaux_tc", DSQ_TOPK_NOAUX_TC}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (!strcmp(v, k[i].name)) {
+            m->topk_method = k[i].method;
+            return DSQ_OK;
+        }
+    return dsq_fail(DSQ_ERR_UNSUPPORTED,
+                    "%s: field \"topk_method\" is \"%.32s\" (supported: greedy, group_limited_greedy, noaux_tc)",
+                    c->path, v);
+}
+
+static dsq_status read_scoring(const cfg *c, const ds_defaults *d, dsq_arch_moe *m)
+{
+    const char *v = NULL;
+    DSQ_TRY(get_str(c, "scoring_func", d->scoring, &v));
+    if (!strcmp(v, "softmax")) m->scoring = DSQ_SCORING_SOFTMAX;
+    else if (!strcmp(v, "sigmoid")) m->scoring = DSQ_SCORING_SIGMOID;
+    else
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: field \"scoring_func\" is \"%.32s\" (supported: softmax, sigmoid)",
+                        c->path, v);
+    return DSQ_OK;
+}
+
+static dsq_status read_moe(const cfg *c, const ds_defaults *d, dsq_arch *a)
+{
+    const cJSON *o = c->root;
+    dsq_arch_moe *m = &a->moe;
+    DSQ_TRY(get_int(c, o, "n_routed_experts", false, d->n_routed, &m->n_routed));
+    DSQ_TRY(get_int(c, o, "n_shared_experts", false, d->n_shared, &m->n_shared));
+    DSQ_TRY(get_int(c, o, "num_experts_per_tok", false, d->top_k, &m->top_k));
+    DSQ_TRY(get_int(c, o, "moe_intermediate_size", false, d->moe_ffn, &m->ffn));
+    DSQ_TRY(get_int(c, o, "n_group", false, d->n_group, &m->n_group));
+    DSQ_TRY(get_int(c, o, "topk_group", false, d->topk_group, &m->topk_group));
+    DSQ_TRY(get_int(c, o, "first_k_dense_replace", false, d->first_dense, &m->first_dense));
+    DSQ_TRY(get_int(c, o, "moe_layer_freq", false, 1, &m->layer_freq));
+    DSQ_TRY(get_bool(c, o, "norm_topk_prob", d->norm_topk_prob, &m->norm_topk_prob));
+    DSQ_TRY(get_num(c, o, "routed_scaling_factor", false, d->routed_scaling, &m->routed_scaling));
+    DSQ_TRY(read_topk_method(c, d, m));
+    return read_scoring(c, d, m);
+}
+
+static dsq_status read_mla(const cfg *c, const ds_defaults *d, dsq_arch *a)
+{
+    const cJSON *o = c->root;
+    dsq_arch_mla *m = &a->mla;
+    /* null q_lora_rank means a plain q_proj (V2-Lite): field() treats null as absent */
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(o, "q_lora_rank");
+    if (q && cJSON_IsNull(q))
+        m->q_lora_rank = 0;
+    else
+        DSQ_TRY(get_int(c, o, "q_lora_rank", false, d->q_lora_rank, &m->q_lora_rank));
+    DSQ_TRY(get_int(c, o, "kv_lora_rank", false, 512, &m->kv_lora_rank));
+    DSQ_TRY(get_int(c, o, "qk_nope_head_dim", false, 128, &m->qk_nope_head_dim));
+    DSQ_TRY(get_int(c, o, "qk_rope_head_dim", false, 64, &m->qk_rope_head_dim));
+    DSQ_TRY(get_int(c, o, "v_head_dim", false, 128, &m->v_head_dim));
+    /* V2's rope is always on interleaved pairs (complex multiplication); V3 says so in rope_interleave */
+    DSQ_TRY(get_bool(c, o, "rope_interleave", true, &m->rope_interleave));
+    const cJSON *rp = rope_object(c);
+    if (cJSON_IsObject(rp)) {
+        DSQ_TRY(get_num(c, rp, "mscale", false, 0, &m->yarn_mscale));
+        DSQ_TRY(get_num(c, rp, "mscale_all_dim", false, 0, &m->yarn_mscale_all_dim));
+    }
+    return DSQ_OK;
+}
+
+/* The MLA and MoE fields; head_dim becomes the query/key head and the KV
+ * head count the query head count (config.json's head_dim is transformers'
+ * rope width, its num_key_value_heads unused by MLA). */
+static dsq_status read_deepseek(const cfg *c, dsq_arch *a)
+{
+    const ds_defaults *d = !strcmp(a->hf_architecture, "DeepseekV2ForCausalLM") ? &g_ds_v2 : &g_ds_v3;
+    DSQ_TRY(read_mla(c, d, a));
+    DSQ_TRY(read_moe(c, d, a));
+    DSQ_TRY(get_int(c, c->root, "num_nextn_predict_layers", false, 0, &a->n_mtp_layers));
+    a->head_dim = a->mla.qk_nope_head_dim + a->mla.qk_rope_head_dim;
+    a->has_head_dim = true;
+    a->n_kv_heads = a->n_heads;
+    return DSQ_OK;
+}
+
+bool dsq_arch_layer_is_moe(const dsq_arch *a, int64_t l)
+{
+    if (a->family != DSQ_ARCH_DEEPSEEK2 || a->moe.n_routed <= 0) return false;
+    return l >= a->moe.first_dense && a->moe.layer_freq > 0 && l % a->moe.layer_freq == 0;
+}
+
 dsq_status dsq_arch_from_hf_json(const char *json, const char *path, dsq_arch *out)
 {
     memset(out, 0, sizeof *out);
@@ -263,6 +380,7 @@ dsq_status dsq_arch_from_hf_json(const char *json, const char *path, dsq_arch *o
     if (st == DSQ_OK) st = read_sizes(&c, row, out);
     if (st == DSQ_OK) st = read_rope(&c, out);
     if (st == DSQ_OK) st = read_flags(&c, out);
+    if (st == DSQ_OK && out->family == DSQ_ARCH_DEEPSEEK2) st = read_deepseek(&c, out);
     cJSON_Delete(root);
     if (st == DSQ_OK) st = dsq_arch_validate(out, path);
     if (st != DSQ_OK) memset(out, 0, sizeof *out);
@@ -307,6 +425,62 @@ static dsq_status check_rope(const dsq_arch *a, const char *what)
     return DSQ_OK;
 }
 
+static dsq_status check_mla(const dsq_arch *a, const char *what)
+{
+    const dsq_arch_mla *m = &a->mla;
+    if (m->q_lora_rank != 0) DSQ_TRY(check_size(what, "q_lora_rank", m->q_lora_rank));
+    DSQ_TRY(check_size(what, "kv_lora_rank", m->kv_lora_rank));
+    DSQ_TRY(check_size(what, "qk_nope_head_dim", m->qk_nope_head_dim));
+    DSQ_TRY(check_size(what, "qk_rope_head_dim", m->qk_rope_head_dim));
+    DSQ_TRY(check_size(what, "v_head_dim", m->v_head_dim));
+    if (m->qk_rope_head_dim % 2 != 0)
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: qk_rope_head_dim %lld must be even (rotary pairs)", what,
+                        (long long)m->qk_rope_head_dim);
+    if (!(m->yarn_mscale >= 0 && m->yarn_mscale_all_dim >= 0 && isfinite(m->yarn_mscale) &&
+          isfinite(m->yarn_mscale_all_dim)))
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: rope mscale / mscale_all_dim must be finite and not negative", what);
+    return DSQ_OK;
+}
+
+static dsq_status check_moe(const dsq_arch *a, const char *what)
+{
+    const dsq_arch_moe *m = &a->moe;
+    DSQ_TRY(check_size(what, "n_routed_experts", m->n_routed));
+    DSQ_TRY(check_size(what, "moe_intermediate_size", m->ffn));
+    DSQ_TRY(check_size(what, "moe_layer_freq", m->layer_freq));
+    if (m->n_shared < 0 || m->n_shared > 1024 || m->first_dense < 0 || m->n_routed > 65536)
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: n_shared_experts, n_routed_experts or first_k_dense_replace is out of range",
+                        what);
+    if (m->top_k < 1 || m->top_k > m->n_routed)
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: num_experts_per_tok %lld must be 1 .. n_routed_experts (%lld)", what,
+                        (long long)m->top_k, (long long)m->n_routed);
+    if (!(isfinite(m->routed_scaling) && m->routed_scaling > 0))
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: routed_scaling_factor %g must be positive", what, m->routed_scaling);
+    if (m->topk_method == DSQ_TOPK_GREEDY) return DSQ_OK;
+    if (m->n_group < 1 || m->n_routed % m->n_group != 0)
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: n_group %lld must divide n_routed_experts %lld", what,
+                        (long long)m->n_group, (long long)m->n_routed);
+    int64_t per = m->n_routed / m->n_group;
+    if (m->topk_group < 1 || m->topk_group > m->n_group || m->topk_group * per < m->top_k)
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: topk_group %lld of %lld groups cannot hold num_experts_per_tok %lld", what,
+                        (long long)m->topk_group, (long long)m->n_group, (long long)m->top_k);
+    if (m->topk_method == DSQ_TOPK_NOAUX_TC && per < 2)
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: noaux_tc ranks groups by their two best experts; groups of %lld", what,
+                        (long long)per);
+    return DSQ_OK;
+}
+
+static dsq_status check_deepseek(const dsq_arch *a, const char *what)
+{
+    DSQ_TRY(check_mla(a, what));
+    DSQ_TRY(check_moe(a, what));
+    if (a->head_dim != a->mla.qk_nope_head_dim + a->mla.qk_rope_head_dim || a->n_kv_heads != a->n_heads)
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: MLA head widths are inconsistent", what);
+    if (a->n_mtp_layers < 0 || a->n_mtp_layers > 64)
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: num_nextn_predict_layers is out of range", what);
+    return DSQ_OK;
+}
+
 dsq_status dsq_arch_validate(const dsq_arch *a, const char *what)
 {
     if (!what) what = "model";
@@ -321,13 +495,15 @@ dsq_status dsq_arch_validate(const dsq_arch *a, const char *what)
     if (a->n_heads % a->n_kv_heads != 0)
         return dsq_fail(DSQ_ERR_FORMAT, "%s: num_attention_heads %lld is not a multiple of num_key_value_heads %lld",
                         what, (long long)a->n_heads, (long long)a->n_kv_heads);
-    if (a->head_dim % 2 != 0)
+    /* MLA rotates qk_rope_head_dim of each head only (check_mla) */
+    if (a->head_dim % 2 != 0 && a->family != DSQ_ARCH_DEEPSEEK2)
         return dsq_fail(DSQ_ERR_FORMAT, "%s: head_dim %lld must be even (rotary pairs)", what, (long long)a->head_dim);
     if (a->n_heads * a->head_dim > SIZE_LIMIT)
         return dsq_fail(DSQ_ERR_FORMAT, "%s: num_attention_heads x head_dim is too large", what);
     if (!(isfinite(a->rms_norm_eps) && a->rms_norm_eps > 0))
         return dsq_fail(DSQ_ERR_FORMAT, "%s: rms_norm_eps %g must be positive", what, a->rms_norm_eps);
     if (a->sliding_window < 0) return dsq_fail(DSQ_ERR_FORMAT, "%s: sliding_window must not be negative", what);
+    if (a->family == DSQ_ARCH_DEEPSEEK2) DSQ_TRY(check_deepseek(a, what));
     return check_rope(a, what);
 }
 

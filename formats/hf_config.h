@@ -25,7 +25,47 @@
 typedef enum dsq_arch_family {
     DSQ_ARCH_LLAMA = 0, /* LlamaForCausalLM, MistralForCausalLM (GGUF "llama") */
     DSQ_ARCH_QWEN2 = 1, /* Qwen2ForCausalLM (GGUF "qwen2"; q/k/v bias; NEOX rope) */
+    /* DeepseekV2ForCausalLM, DeepseekV3ForCausalLM (GGUF "deepseek2"): MLA
+     * attention, MoE with shared experts after dense first layers */
+    DSQ_ARCH_DEEPSEEK2 = 2,
 } dsq_arch_family;
+
+/* How a DeepSeek router picks its experts (config topk_method). */
+typedef enum dsq_topk_method {
+    DSQ_TOPK_GREEDY = 0,       /* the top_k scores */
+    DSQ_TOPK_GROUP_LIMITED,    /* V2: groups ranked by their best score, top_k within topk_group groups */
+    DSQ_TOPK_NOAUX_TC,         /* V3: groups ranked by their two best biased scores; the bias only selects */
+} dsq_topk_method;
+
+typedef enum dsq_scoring {
+    DSQ_SCORING_SOFTMAX = 0,
+    DSQ_SCORING_SIGMOID,
+} dsq_scoring;
+
+/* Multi-head latent attention (DeepSeek-V2/V3): q through a low-rank
+ * q_a -> norm -> q_b (or a plain q_proj when q_lora_rank is 0), keys and
+ * values from a kv_lora_rank latent plus one shared rope key per token. */
+typedef struct dsq_arch_mla {
+    int64_t q_lora_rank; /* 0: plain q_proj (V2-Lite) */
+    int64_t kv_lora_rank;
+    int64_t qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+    bool rope_interleave; /* rope on interleaved pairs (DeepSeek's layout); false: rotate-half */
+    /* yarn's mscale and mscale_all_dim (0 when absent): cos/sin and the softmax scale */
+    double yarn_mscale, yarn_mscale_all_dim;
+} dsq_arch_mla;
+
+/* The MoE layout: layers from first_dense on with index % layer_freq == 0
+ * route each token to top_k of n_routed experts (of ffn width each) and
+ * run n_shared shared experts (one MLP of n_shared x ffn) on every token. */
+typedef struct dsq_arch_moe {
+    int64_t n_routed, n_shared, top_k, ffn;
+    int64_t n_group, topk_group;
+    int64_t first_dense, layer_freq;
+    dsq_topk_method topk_method;
+    dsq_scoring scoring;
+    bool norm_topk_prob;
+    double routed_scaling;
+} dsq_arch_moe;
 
 typedef enum dsq_rope_scaling {
     DSQ_ROPE_SCALING_NONE = 0,
@@ -63,7 +103,15 @@ typedef struct dsq_arch {
     int64_t sliding_window;             /* mistral; 0 when absent/null */
     /* Fields added after the first version: */
     bool has_head_dim; /* config.json / GGUF stated head_dim (GGUF: attention.key_length) explicitly */
+    /* DeepSeek (family DSQ_ARCH_DEEPSEEK2; zero otherwise). head_dim is then
+     * the query/key head (qk_nope + qk_rope), n_kv_heads equals n_heads. */
+    dsq_arch_mla mla;
+    dsq_arch_moe moe;
+    int64_t n_mtp_layers; /* num_nextn_predict_layers: multi-token-prediction layers after the last, not run */
 } dsq_arch;
+
+/* Whether layer l of a is an MoE layer (DeepSeek: l >= first_dense and l % layer_freq == 0). */
+bool dsq_arch_layer_is_moe(const dsq_arch *a, int64_t l);
 
 /* Parses config.json text; unknown architectures are refused by name
  * (DSQ_ERR_UNSUPPORTED), missing required fields name the field. `path` is

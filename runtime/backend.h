@@ -47,6 +47,17 @@ typedef struct dsq_backend {
     void (*add)(const dsq_exec *e, float *y, const float *x, size_t n);
     /* y = x W^T + b over any linear storage */
     dsq_status (*matmul)(const dsq_exec *e, const dsq_linear *W, const float *x, float *y, int n);
+    /* per-head products with dense F32 weights (runtime/cpu/ops.h dsq_head_mm; MLA) */
+    dsq_status (*head_matmul)(const dsq_exec *e, const dsq_head_mm *p, const float *x, float *y, int n);
+    /* n rows of w floats: dst + r * ds = src + r * ss (column slices of wider rows) */
+    void (*copy_rows)(float *dst, int64_t ds, const float *src, int64_t ss, int64_t w, int n);
+    /* dst row r = src row idx[r] (rows of w floats), n rows */
+    void (*gather_rows)(float *dst, const float *src, const int32_t *idx, int64_t w, int n);
+    /* dst row idx[r] += wt[r] * src row r, n rows of w floats (idx distinct) */
+    void (*scatter_add_rows)(float *dst, const float *src, const int32_t *idx, const float *wt, int64_t w, int n);
+    /* MoE routing of n tokens from F32 router logits [n x n_routed] (runtime/cpu/ops.h dsq_cpu_moe_route) */
+    dsq_status (*moe_route)(const dsq_exec *e, const dsq_arch_moe *m, const float *logits, const float *bias,
+                            int32_t *idx, float *wt, int n);
 } dsq_backend;
 
 /* The CPU backend (OpenMP, AVX2 / AVX512-BF16 kernels chosen at run time). */

@@ -3,7 +3,7 @@
 
 #include <stddef.h>
 
-static const dsq_block_impl *const g_impls[] = {&dsq_block_impl_llama, &dsq_block_impl_qwen2};
+static const dsq_block_impl *const g_impls[] = {&dsq_block_impl_llama, &dsq_block_impl_qwen2, &dsq_block_impl_deepseek2};
 
 const dsq_block_impl *dsq_block_impl_of(const dsq_block_desc *d)
 {

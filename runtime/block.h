@@ -40,5 +40,6 @@ const dsq_block_impl *dsq_block_impl_of(const dsq_block_desc *d);
 
 extern const dsq_block_impl dsq_block_impl_llama;
 extern const dsq_block_impl dsq_block_impl_qwen2;
+extern const dsq_block_impl dsq_block_impl_deepseek2;
 
 #endif

@@ -70,7 +70,7 @@ static dsq_status state_new(dsq_ctx *c, void **out)
     if (!s) return dsq_fail(DSQ_ERR_NOMEM, "forward: out of memory");
     const dsq_arch *a = &m->arch;
     s->attn = (dsq_attn_shape){(int)a->n_heads, (int)a->n_kv_heads, (int)a->head_dim, (int)a->sliding_window, false,
-                               (int)a->head_dim};
+                               (int)a->head_dim, 0.0f, 0};
     s->kw = dsq_block_dim(a, DSQ_DIM_K);
     s->vw = dsq_block_dim(a, DSQ_DIM_V);
     int64_t L = a->n_layers;

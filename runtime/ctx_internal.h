@@ -30,5 +30,12 @@ struct dsq_ctx {
 /* y = x W^T + b for linear `id` of `layer` (n rows), after the linear hook;
  * failures name the layer and the linear. */
 dsq_status dsq_ctx_linear(dsq_ctx *c, int layer, int id, const float *x, float *y, int n);
+/* The same for expert e of expert linear `id` (formats/block.h). */
+dsq_status dsq_ctx_expert_linear(dsq_ctx *c, int layer, int id, int e, const float *x, float *y, int n);
+/* The same in F32 whatever the context's arithmetic (MoE routers). */
+dsq_status dsq_ctx_linear_f32(dsq_ctx *c, int layer, int id, const float *x, float *y, int n);
+/* Only the linear hook, for a product the block runs on more rows than it
+ * feeds (MLA expands cached latents too): x, n are the new rows. */
+dsq_status dsq_ctx_hook(dsq_ctx *c, int layer, int id, int expert, const float *x, int n);
 
 #endif

@@ -51,7 +51,10 @@ dsq_status dsq_ctx_new_on(const dsq_model *m, const dsq_backend *be, int n_ctx, 
     c->impl = impl;
     c->n_ctx = n_ctx;
     c->ex.threads = n_threads;
-    dsq_status s = dsq_rope_init(&c->rope, &m->arch, m->rope_layout, m->rope_freq_factors);
+    /* MLA rotates only qk_rope_head_dim of each query/key head */
+    dsq_arch ra = m->arch;
+    if (ra.family == DSQ_ARCH_DEEPSEEK2) ra.head_dim = ra.mla.qk_rope_head_dim;
+    dsq_status s = dsq_rope_init(&c->rope, &ra, m->rope_layout, m->rope_freq_factors);
     if (s == DSQ_OK) s = impl->state_new(c, &c->state);
     if (s != DSQ_OK) {
         dsq_ctx_free(c);
@@ -88,6 +91,31 @@ dsq_status dsq_ctx_linear(dsq_ctx *c, int layer, int id, const float *x, float *
     const dsq_linear *W = &c->m->layers[layer].lin[id];
     if (c->on_linear && !c->hooks_off) DSQ_TRY(c->on_linear(c->user, layer, id, -1, x, n, W->in));
     dsq_status s = c->be->matmul(&c->ex, W, x, y, n);
+    if (s != DSQ_OK) return dsq_fail_context(s, "layer %d, %s", layer, dsq_model_linear_role(c->m, id));
+    return DSQ_OK;
+}
+
+dsq_status dsq_ctx_hook(dsq_ctx *c, int layer, int id, int expert, const float *x, int n)
+{
+    if (!c->on_linear || c->hooks_off) return DSQ_OK;
+    const dsq_linear *W = expert >= 0 ? &c->m->layers[layer].experts[id][expert] : &c->m->layers[layer].lin[id];
+    return c->on_linear(c->user, layer, id, expert, x, n, W->in);
+}
+
+dsq_status dsq_ctx_expert_linear(dsq_ctx *c, int layer, int id, int e, const float *x, float *y, int n)
+{
+    DSQ_TRY(dsq_ctx_hook(c, layer, id, e, x, n));
+    dsq_status s = c->be->matmul(&c->ex, &c->m->layers[layer].experts[id][e], x, y, n);
+    if (s != DSQ_OK) return dsq_fail_context(s, "layer %d, %s, expert %d", layer, dsq_model_linear_role(c->m, id), e);
+    return DSQ_OK;
+}
+
+dsq_status dsq_ctx_linear_f32(dsq_ctx *c, int layer, int id, const float *x, float *y, int n)
+{
+    DSQ_TRY(dsq_ctx_hook(c, layer, id, -1, x, n));
+    dsq_exec ex = c->ex;
+    ex.mode = DSQ_MATMUL_DEFAULT;
+    dsq_status s = c->be->matmul(&ex, &c->m->layers[layer].lin[id], x, y, n);
     if (s != DSQ_OK) return dsq_fail_context(s, "layer %d, %s", layer, dsq_model_linear_role(c->m, id));
     return DSQ_OK;
 }

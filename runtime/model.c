@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "core/grow.h"
+#include "core/log.h"
+#include "formats/block_deepseek.h"
 #include "formats/hf_names.h"
 #include "runtime/model_quant.h"
 
@@ -122,8 +124,17 @@ static dsq_status linear_from(dsq_model *m, dsq_tensor *t, int64_t out, int64_t 
 
 /* ---- quantized HF checkpoints (runtime/model_quant.h) ---- */
 
-/* Loads the linear whose GGUF weight name is `gguf` from its packed INTn
+/* Loads the linear whose HF module is `module` from its packed INTn / 8-bit
  * tensors when the checkpoint has a quantization_config and packs it. */
+static dsq_status quant_module(const dsq_model *m, const dsq_hfq *qc, const char *module, int64_t out, int64_t in,
+                               dsq_linear *W, bool *loaded)
+{
+    *loaded = false;
+    if (!qc || qc->method == DSQ_HFQ_NONE || m->ckpt->kind == DSQ_CKPT_GGUF) return DSQ_OK;
+    return dsq_hfq_load_linear(qc, m->ckpt->st, module, out, in, W, loaded);
+}
+
+/* The same for the linear whose GGUF weight name is `gguf`. */
 static dsq_status quant_linear(const dsq_model *m, const dsq_hfq *qc, const char *gguf, int64_t out, int64_t in,
                                dsq_linear *W, bool *loaded)
 {
@@ -136,25 +147,15 @@ static dsq_status quant_linear(const dsq_model *m, const dsq_hfq *qc, const char
     if (n < 7 || strcmp(hf + n - 7, ".weight") != 0)
         return dsq_fail(DSQ_ERR_INTERNAL, "%s: %s is not a weight name", m->ckpt->path, hf);
     hf[n - 7] = '\0'; /* the module name */
-    return dsq_hfq_load_linear(qc, m->ckpt->st, hf, out, in, W, loaded);
+    return quant_module(m, qc, hf, out, in, W, loaded);
 }
 
 /* ---- end of quantized HF checkpoints ---- */
 
-static dsq_status load_linear(dsq_model *m, const dsq_hfq *qc, int layer, int id)
+static dsq_status load_bias(dsq_model *m, int layer, int id, dsq_linear *W, int64_t out)
 {
     char name[96];
     dsq_tensor t;
-    dsq_linear *W = &m->layers[layer].lin[id];
-    int64_t out, in;
-    dsq_block_linear_shape(m->block, &m->arch, id, &out, &in);
-    snprintf(name, sizeof name, "blk.%d.%s.weight", layer, m->block->linears[id].gguf);
-    bool quantized;
-    DSQ_TRY(quant_linear(m, qc, name, out, in, W, &quantized));
-    if (!quantized) {
-        DSQ_TRY(require(m, name, &t));
-        DSQ_TRY(linear_from(m, &t, out, in, W));
-    }
     bool found;
     snprintf(name, sizeof name, "blk.%d.%s.bias", layer, m->block->linears[id].gguf);
     DSQ_TRY(find(m, name, &t, &found));
@@ -164,18 +165,103 @@ static dsq_status load_linear(dsq_model *m, const dsq_hfq *qc, int layer, int id
     return dsq_linear_set_bias(W, DSQ_TYPE_F32, b, out);
 }
 
+static dsq_status load_linear(dsq_model *m, const dsq_hfq *qc, int layer, int id)
+{
+    char name[96];
+    dsq_tensor t;
+    dsq_linear *W = &m->layers[layer].lin[id];
+    int64_t out, in;
+    dsq_block_linear_shape(m->block, &m->arch, id, &out, &in);
+    snprintf(name, sizeof name, "blk.%d.%s.weight", layer, m->block->linears[id].gguf);
+    bool quantized = false;
+    if (!m->block->linears[id].router) DSQ_TRY(quant_linear(m, qc, name, out, in, W, &quantized));
+    if (!quantized) {
+        DSQ_TRY(require(m, name, &t));
+        DSQ_TRY(linear_from(m, &t, out, in, W));
+    }
+    return load_bias(m, layer, id, W, out);
+}
+
+/* A HF tensor by its full name; *found = false when absent. */
+static dsq_status find_hf(const dsq_model *m, const char *hf, dsq_tensor *t, bool *found)
+{
+    int64_t idx = dsq_st_model_find(m->ckpt->st, hf);
+    *found = idx >= 0;
+    return *found ? dsq_checkpoint_tensor(m->ckpt, (uint64_t)idx, t) : DSQ_OK;
+}
+
+/* Expert e's linear `id`: HF folders name each expert's module. */
+static dsq_status load_expert(dsq_model *m, const dsq_hfq *qc, int layer, int id, int e, dsq_linear *W)
+{
+    char module[160], name[192];
+    int64_t out, in;
+    dsq_block_linear_shape(m->block, &m->arch, id, &out, &in);
+    char leaf[96];
+    snprintf(leaf, sizeof leaf, m->block->linears[id].hf, e);
+    snprintf(module, sizeof module, "model.layers.%d.%s", layer, leaf);
+    bool quantized;
+    DSQ_TRY(quant_module(m, qc, module, out, in, W, &quantized));
+    if (quantized) return DSQ_OK;
+    snprintf(name, sizeof name, "%s.weight", module);
+    dsq_tensor t;
+    bool found;
+    DSQ_TRY(find_hf(m, name, &t, &found));
+    if (!found)
+        return dsq_fail(DSQ_ERR_NOT_FOUND, "%s: tensor %s is missing (expert %d of %lld)", m->ckpt->path, name, e,
+                        (long long)m->arch.moe.n_routed);
+    return linear_from(m, &t, out, in, W);
+}
+
+static dsq_status load_experts(dsq_model *m, const dsq_hfq *qc, int layer, int id)
+{
+    if (m->ckpt->kind != DSQ_CKPT_HF_DIR)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: routed experts are read from Hugging Face folders only (yet)",
+                        m->ckpt->path);
+    int64_t n = m->arch.moe.n_routed;
+    dsq_linear *E = calloc((size_t)n, sizeof *E);
+    if (!E) return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory for %lld experts", m->ckpt->path, (long long)n);
+    m->layers[layer].experts[id] = E;
+    for (int e = 0; e < n; e++) DSQ_TRY(load_expert(m, qc, layer, id, e, &E[e]));
+    return DSQ_OK;
+}
+
+/* noaux_tc routers select experts by score + e_score_correction_bias. */
+static dsq_status load_router_bias(dsq_model *m, int l)
+{
+    if (m->arch.moe.topk_method != DSQ_TOPK_NOAUX_TC) return DSQ_OK;
+    char name[128];
+    dsq_tensor t;
+    bool found;
+    if (m->ckpt->kind == DSQ_CKPT_GGUF) {
+        snprintf(name, sizeof name, "blk.%d.%s", l, DSQ_DS_ROUTER_BIAS_GGUF);
+        DSQ_TRY(find(m, name, &t, &found));
+    } else {
+        snprintf(name, sizeof name, "model.layers.%d.%s", l, DSQ_DS_ROUTER_BIAS_HF);
+        DSQ_TRY(find_hf(m, name, &t, &found));
+    }
+    if (!found)
+        return dsq_fail(DSQ_ERR_NOT_FOUND, "%s: tensor %s is missing (noaux_tc routing needs it)", m->ckpt->path, name);
+    return f32_vector(m, &t, m->arch.moe.n_routed, &m->layers[l].router_bias);
+}
+
 static dsq_status load_layer(dsq_model *m, const dsq_hfq *qc, int l)
 {
     char name[96];
     dsq_tensor t;
     dsq_layer *L = &m->layers[l];
-    for (int i = 0; i < m->block->n_norms; i++) {
-        snprintf(name, sizeof name, "blk.%d.%s.weight", l, m->block->norms[i].gguf);
+    const dsq_block_desc *d = m->block;
+    for (int i = 0; i < d->n_norms; i++) {
+        if (!dsq_block_norm_present(d, &m->arch, l, i)) continue;
+        snprintf(name, sizeof name, "blk.%d.%s.weight", l, d->norms[i].gguf);
         DSQ_TRY(require(m, name, &t));
-        DSQ_TRY(f32_vector(m, &t, m->dim, &L->norm[i]));
+        DSQ_TRY(f32_vector(m, &t, dsq_block_norm_dim(d, &m->arch, i), &L->norm[i]));
     }
-    for (int i = 0; i < m->block->n_linears; i++) DSQ_TRY(load_linear(m, qc, l, i));
-    if (qc->method == DSQ_HFQ_W8 && m->ckpt->kind == DSQ_CKPT_HF_DIR)
+    for (int i = 0; i < d->n_linears; i++) {
+        if (!dsq_block_linear_present(d, &m->arch, l, i)) continue;
+        DSQ_TRY(d->linears[i].expert ? load_experts(m, qc, l, i) : load_linear(m, qc, l, i));
+    }
+    if (dsq_arch_layer_is_moe(&m->arch, l)) DSQ_TRY(load_router_bias(m, l));
+    if (qc->method == DSQ_HFQ_W8 && m->ckpt->kind == DSQ_CKPT_HF_DIR && m->arch.family != DSQ_ARCH_DEEPSEEK2)
         DSQ_TRY(dsq_hfq_load_kv(qc, m->ckpt->st, l, &L->k_scale, &L->v_scale));
     return DSQ_OK;
 }
@@ -224,8 +310,15 @@ static dsq_status setup_arch(dsq_model *m)
     m->q_dim = a->n_heads * a->head_dim;
     m->kv_dim = a->n_kv_heads * a->head_dim;
     m->ffn_dim = a->intermediate_size;
+    if (a->n_mtp_layers > 0)
+        DSQ_LOGI("%s: skipping %lld multi-token-prediction layer%s (model.layers.%lld and up), as transformers and "
+                     "vLLM do",
+                     m->ckpt->path, (long long)a->n_mtp_layers, a->n_mtp_layers == 1 ? "" : "s",
+                     (long long)a->n_layers);
     bool gguf_llama = m->ckpt->kind == DSQ_CKPT_GGUF && a->family == DSQ_ARCH_LLAMA;
     m->rope_layout = gguf_llama ? DSQ_ROPE_NORM : DSQ_ROPE_NEOX;
+    /* DeepSeek keeps its rope dims in interleaved pairs (V3's rope_interleave) */
+    if (a->family == DSQ_ARCH_DEEPSEEK2) m->rope_layout = a->mla.rope_interleave ? DSQ_ROPE_NORM : DSQ_ROPE_NEOX;
     return DSQ_OK;
 }
 
@@ -265,7 +358,12 @@ void dsq_model_close(dsq_model *m)
     if (!m) return;
     if (m->layers)
         for (int64_t l = 0; l < m->arch.n_layers; l++)
-            for (int i = 0; i < m->block->n_linears; i++) dsq_linear_release(&m->layers[l].lin[i]);
+            for (int i = 0; i < m->block->n_linears; i++) {
+                dsq_linear_release(&m->layers[l].lin[i]);
+                dsq_linear *E = m->layers[l].experts[i];
+                for (int64_t e = 0; E && e < m->arch.moe.n_routed; e++) dsq_linear_release(&E[e]);
+                free(E);
+            }
     dsq_linear_release(&m->output);
     free(m->layers);
     for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);

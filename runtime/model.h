@@ -32,6 +32,12 @@ typedef struct dsq_layer {
     dsq_linear lin[DSQ_BLOCK_MAX_LINEARS];
     /* FP8 KV-cache scales of an 8-bit checkpoint (runtime/model_quant.h), 0 when it has none */
     float k_scale, v_scale;
+    /* MoE layers: for each expert linear i (formats/block.h `expert`), its
+     * n_routed storages (lin[i] stays empty); the router's selection bias
+     * (e_score_correction_bias, noaux_tc) or NULL. Linears and norms the
+     * layer does not have (dsq_block_*_present) stay empty / NULL. */
+    dsq_linear *experts[DSQ_BLOCK_MAX_LINEARS];
+    const float *router_bias;
 } dsq_layer;
 
 typedef struct dsq_model {

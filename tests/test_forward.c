@@ -509,7 +509,7 @@ static void naive_attention(const dsq_attn_shape *s, const float *q, const float
 /* hv: the value head dim (0: hd; MLA's value heads are narrower than its query/key heads). */
 static void attention_case_v(int heads, int kv, int hd, int hv, int window, int n, int pos0)
 {
-    dsq_attn_shape s = {heads, kv, hd, window, false, hv};
+    dsq_attn_shape s = {heads, kv, hd, window, false, hv, 0.0f, 0};
     int L = pos0 + n, qs = heads * (hv ? hv : hd);
     float *q = randm((size_t)n * heads * hd, 1), *kc = randm((size_t)L * kv * hd, 1);
     float *vc = randm((size_t)L * kv * (hv ? hv : hd), 1);
@@ -554,7 +554,7 @@ static void test_attention_vs_naive(void **state)
     attention_case(6, 2, 16, 40, 300, 7);
     attention_case_v(4, 4, 24, 16, 0, 40, 5); /* value heads narrower than query/key heads (MLA) */
     attention_case_v(4, 2, 12, 20, 0, 3, 9);  /* wider, decode */
-    dsq_attn_shape bad = {6, 4, 16, 0, false, 0}; /* heads not a multiple of kv heads */
+    dsq_attn_shape bad = {6, 4, 16, 0, false, 0, 0.0f, 0}; /* heads not a multiple of kv heads */
     float z[16] = {0};
     assert_int_equal(dsq_cpu_attention(&bad, z, z, z, z, 1, 0), DSQ_ERR_ARG);
 }

@@ -226,13 +226,109 @@ static void test_defaults(void **state)
     assert_int_equal(n.sliding_window, 0);
 }
 
+/* deepseek-ai/DeepSeek-V3 config.json (the MLA, MoE, yarn and FP8 keys as
+ * released; the FP8 block is read by runtime/model_quant.c). */
+static const char *const DSV3 =
+    "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"model_type\": \"deepseek_v3\", \"hidden_size\": 7168,"
+    " \"intermediate_size\": 18432, \"moe_intermediate_size\": 2048, \"num_hidden_layers\": 61,"
+    " \"num_nextn_predict_layers\": 1, \"num_attention_heads\": 128, \"num_key_value_heads\": 128,"
+    " \"n_shared_experts\": 1, \"n_routed_experts\": 256, \"ep_size\": 1, \"routed_scaling_factor\": 2.5,"
+    " \"kv_lora_rank\": 512, \"q_lora_rank\": 1536, \"qk_rope_head_dim\": 64, \"v_head_dim\": 128,"
+    " \"qk_nope_head_dim\": 128, \"topk_method\": \"noaux_tc\", \"n_group\": 8, \"topk_group\": 4,"
+    " \"num_experts_per_tok\": 8, \"moe_layer_freq\": 1, \"first_k_dense_replace\": 3, \"norm_topk_prob\": true,"
+    " \"scoring_func\": \"sigmoid\", \"aux_loss_alpha\": 0.001, \"seq_aux\": true, \"hidden_act\": \"silu\","
+    " \"max_position_embeddings\": 163840, \"initializer_range\": 0.02, \"rms_norm_eps\": 1e-06,"
+    " \"use_cache\": true, \"pad_token_id\": null, \"bos_token_id\": 0, \"eos_token_id\": 1,"
+    " \"pretraining_tp\": 1, \"tie_word_embeddings\": false, \"rope_theta\": 10000,"
+    " \"rope_scaling\": {\"beta_fast\": 32, \"beta_slow\": 1, \"factor\": 40, \"mscale\": 1.0,"
+    " \"mscale_all_dim\": 1.0, \"original_max_position_embeddings\": 4096, \"type\": \"yarn\"},"
+    " \"attention_bias\": false, \"attention_dropout\": 0.0, \"quantization_config\": {\"activation_scheme\":"
+    " \"dynamic\", \"fmt\": \"e4m3\", \"quant_method\": \"fp8\", \"weight_block_size\": [128, 128]},"
+    " \"torch_dtype\": \"bfloat16\", \"vocab_size\": 129280}";
+
+/* deepseek-ai/DeepSeek-V2-Lite config.json: q_lora_rank null, softmax greedy routing. */
+static const char *const DSV2_LITE =
+    "{\"architectures\": [\"DeepseekV2ForCausalLM\"], \"model_type\": \"deepseek_v2\", \"hidden_size\": 2048,"
+    " \"intermediate_size\": 10944, \"moe_intermediate_size\": 1408, \"num_hidden_layers\": 27,"
+    " \"num_attention_heads\": 16, \"num_key_value_heads\": 16, \"n_shared_experts\": 2, \"n_routed_experts\": 64,"
+    " \"ep_size\": 1, \"routed_scaling_factor\": 1.0, \"kv_lora_rank\": 512, \"q_lora_rank\": null,"
+    " \"qk_rope_head_dim\": 64, \"v_head_dim\": 128, \"qk_nope_head_dim\": 128, \"topk_method\": \"greedy\","
+    " \"n_group\": 1, \"topk_group\": 1, \"num_experts_per_tok\": 6, \"moe_layer_freq\": 1,"
+    " \"first_k_dense_replace\": 1, \"norm_topk_prob\": false, \"scoring_func\": \"softmax\","
+    " \"aux_loss_alpha\": 0.001, \"seq_aux\": true, \"hidden_act\": \"silu\", \"max_position_embeddings\": 163840,"
+    " \"rms_norm_eps\": 1e-06, \"bos_token_id\": 100000, \"eos_token_id\": 100001, \"tie_word_embeddings\": false,"
+    " \"rope_theta\": 10000, \"rope_scaling\": {\"beta_fast\": 32, \"beta_slow\": 1, \"factor\": 40,"
+    " \"mscale\": 0.707, \"mscale_all_dim\": 0.707, \"original_max_position_embeddings\": 4096, \"type\": \"yarn\"},"
+    " \"attention_bias\": false, \"torch_dtype\": \"bfloat16\", \"vocab_size\": 102400}";
+
+static void test_deepseek(void **state)
+{
+    (void)state;
+    dsq_arch a = parse_ok(DSV3);
+    assert_int_equal(a.family, DSQ_ARCH_DEEPSEEK2);
+    assert_int_equal(a.mla.q_lora_rank, 1536);
+    assert_int_equal(a.mla.kv_lora_rank, 512);
+    assert_int_equal(a.head_dim, 192); /* qk_nope + qk_rope */
+    assert_int_equal(a.n_kv_heads, 128);
+    assert_int_equal(a.moe.n_routed, 256);
+    assert_int_equal(a.moe.top_k, 8);
+    assert_int_equal(a.moe.n_group, 8);
+    assert_int_equal(a.moe.topk_group, 4);
+    assert_int_equal(a.moe.first_dense, 3);
+    assert_int_equal(a.moe.topk_method, DSQ_TOPK_NOAUX_TC);
+    assert_int_equal(a.moe.scoring, DSQ_SCORING_SIGMOID);
+    assert_true(a.moe.norm_topk_prob);
+    assert_true(a.moe.routed_scaling == 2.5);
+    assert_int_equal(a.n_mtp_layers, 1);
+    assert_int_equal(a.rope_scaling, DSQ_ROPE_SCALING_YARN);
+    assert_true(a.mla.yarn_mscale == 1.0 && a.mla.yarn_mscale_all_dim == 1.0);
+    assert_false(dsq_arch_layer_is_moe(&a, 2));
+    assert_true(dsq_arch_layer_is_moe(&a, 3));
+    dsq_arch b = parse_ok(DSV2_LITE);
+    assert_int_equal(b.mla.q_lora_rank, 0); /* null: a plain q_proj */
+    assert_int_equal(b.moe.topk_method, DSQ_TOPK_GREEDY);
+    assert_int_equal(b.moe.scoring, DSQ_SCORING_SOFTMAX);
+    assert_false(b.moe.norm_topk_prob);
+    assert_int_equal(b.moe.n_shared, 2);
+    assert_true(b.mla.yarn_mscale == 0.707);
+    assert_false(dsq_arch_layer_is_moe(&b, 0));
+    assert_true(dsq_arch_layer_is_moe(&b, 1));
+    /* a model whose moe_layer_freq is 2: every other layer after the dense ones */
+    char *f2 = edit(DSV3, "\"moe_layer_freq\": 1", "\"moe_layer_freq\": 2");
+    dsq_arch c = parse_ok(f2);
+    free(f2);
+    assert_true(dsq_arch_layer_is_moe(&c, 4) && !dsq_arch_layer_is_moe(&c, 5));
+    static const struct {
+        const char *from, *to, *phrase;
+        dsq_status want;
+    } bad[] = {
+        {"\"topk_method\": \"noaux_tc\"", "\"topk_method\": \"top1\"", "\"topk_method\" is \"top1\"",
+         DSQ_ERR_UNSUPPORTED},
+        {"\"scoring_func\": \"sigmoid\"", "\"scoring_func\": \"tanh\"", "\"scoring_func\" is \"tanh\"",
+         DSQ_ERR_UNSUPPORTED},
+        {"\"n_group\": 8", "\"n_group\": 7", "n_group 7 must divide n_routed_experts 256", DSQ_ERR_FORMAT},
+        {"\"num_experts_per_tok\": 8", "\"num_experts_per_tok\": 300", "num_experts_per_tok 300", DSQ_ERR_FORMAT},
+        {"\"topk_group\": 4", "\"topk_group\": 9", "topk_group 9 of 8 groups", DSQ_ERR_FORMAT},
+        {"\"qk_rope_head_dim\": 64", "\"qk_rope_head_dim\": 63", "qk_rope_head_dim 63 must be even", DSQ_ERR_FORMAT},
+        {"\"kv_lora_rank\": 512", "\"kv_lora_rank\": 0", "kv_lora_rank = 0", DSQ_ERR_FORMAT},
+        {"\"topk_method\": \"noaux_tc\"", "\"topk_method\": 3", "\"topk_method\" must be a string", DSQ_ERR_FORMAT},
+        {"\"routed_scaling_factor\": 2.5", "\"routed_scaling_factor\": -1", "routed_scaling_factor -1",
+         DSQ_ERR_FORMAT},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *j = edit(DSV3, bad[i].from, bad[i].to);
+        expect_fail(j, bad[i].want, bad[i].phrase);
+        free(j);
+    }
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
     char *gpt2 = edit(SMOLLM2, "LlamaForCausalLM", "GPT2LMHeadModel");
     expect_fail(gpt2, DSQ_ERR_UNSUPPORTED,
                 "architecture \"GPT2LMHeadModel\" is not supported (supported: LlamaForCausalLM, MistralForCausalLM, "
-                "Qwen2ForCausalLM)");
+                "Qwen2ForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM)");
     free(gpt2);
     static const char *const required[] = {"\"hidden_size\": 576, ", "\"intermediate_size\": 1536, ",
                                            "\"num_hidden_layers\": 30, ", "\"num_attention_heads\": 9, ",
@@ -580,6 +676,7 @@ int main(void)
         cmocka_unit_test(test_llama3_rope_freqs),
         cmocka_unit_test(test_llama3_bad_table),
         cmocka_unit_test(test_real_smollm2),
+        cmocka_unit_test(test_deepseek),
     };
     return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }

@@ -29,6 +29,10 @@ static dsq_status check_shape(const dsq_attn_shape *s, int n, int pos0)
 /* The value head dim: MLA's differs from the query/key one; 0 means equal. */
 static int vdim(const dsq_attn_shape *s) { return s->head_dim_v > 0 ? s->head_dim_v : s->head_dim; }
 
+static float qk_scale(const dsq_attn_shape *s) { return s->scale > 0 ? s->scale : 1.0f / sqrtf((float)s->head_dim); }
+
+static int64_t vstride(const dsq_attn_shape *s) { return s->v_stride > 0 ? s->v_stride : (int64_t)s->n_kv_heads * vdim(s); }
+
 /* First key position query position p may see. */
 static int first_key(const dsq_attn_shape *s, int p)
 {
@@ -63,8 +67,8 @@ dsq_status dsq_cpu_attention_rows(const dsq_attn_shape *s, const float *q, const
     DSQ_TRY(check_shape(s, n, pos0));
     int hd = s->head_dim, hv = vdim(s), group = s->n_heads / s->n_kv_heads, L = pos0 + n;
     int64_t qs = (int64_t)s->n_heads * hd, ks = (int64_t)s->n_kv_heads * hd;
-    int64_t vs = (int64_t)s->n_kv_heads * hv, os = (int64_t)s->n_heads * hv;
-    float scale = 1.0f / sqrtf((float)hd);
+    int64_t vs = vstride(s), os = (int64_t)s->n_heads * hv;
+    float scale = qk_scale(s);
     int threads = dsq_cpu_threads();
     float *scores = malloc((size_t)threads * (size_t)(L > 0 ? L : 1) * sizeof(float));
     if (!scores) return dsq_fail(DSQ_ERR_NOMEM, "attention: out of memory for %d scores", L);
@@ -149,7 +153,7 @@ static void weigh_values(const dsq_attn_shape *s, const float *vc, float *out, i
                          attn_scratch *a)
 {
     int hv = vdim(s), g = h / (s->n_heads / s->n_kv_heads);
-    int64_t os = (int64_t)s->n_heads * hv, vs = (int64_t)s->n_kv_heads * hv;
+    int64_t os = (int64_t)s->n_heads * hv, vs = vstride(s);
     const float *vr = vc + lo * vs + (int64_t)g * hv;
     float *o = out + i0 * os + (int64_t)h * hv;
     if (!s->bf16) {
@@ -168,7 +172,7 @@ static void attend_block(const dsq_attn_shape *s, const float *q, const float *k
 {
     int lo = first_key(s, pos0 + i0), hi = pos0 + i0 + nb; /* keys [lo, hi) */
     int Lk = hi - lo;
-    float scale = 1.0f / sqrtf((float)s->head_dim);
+    float scale = qk_scale(s);
     scores(s, q, kc, h, i0, nb, lo, Lk, sc);
     for (int r = 0; r < nb; r++) {
         float *row = sc->S + (int64_t)r * Lk;

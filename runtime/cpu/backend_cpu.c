@@ -68,7 +68,20 @@ static dsq_status cpu_matmul(const dsq_exec *e, const dsq_linear *W, const float
     return dsq_cpu_matmul(W, x, y, n, e->mode);
 }
 
+static dsq_status cpu_head_matmul(const dsq_exec *e, const dsq_head_mm *p, const float *x, float *y, int n)
+{
+    enter(e);
+    return dsq_cpu_head_matmul(p, x, y, n);
+}
+
+static dsq_status cpu_moe_route(const dsq_exec *e, const dsq_arch_moe *m, const float *logits, const float *bias,
+                                int32_t *idx, float *wt, int n)
+{
+    enter(e);
+    return dsq_cpu_moe_route(m, logits, bias, idx, wt, n);
+}
+
 const dsq_backend dsq_backend_cpu = {
     "cpu", cpu_alloc, cpu_free, cpu_copy, cpu_embed, cpu_rmsnorm, cpu_rope, cpu_attention, cpu_swiglu, cpu_add,
-    cpu_matmul,
+    cpu_matmul, cpu_head_matmul, dsq_cpu_copy_rows, dsq_cpu_gather_rows, dsq_cpu_scatter_add_rows, cpu_moe_route,
 };

@@ -31,18 +31,54 @@ typedef struct dsq_rope {
     int head_dim;
     float *inv_freq; /* head_dim / 2 */
     float mscale;    /* multiplies cos and sin (yarn), else 1 */
+    int head_stride; /* floats from one head's start to the next (dsq_rope_init: head_dim) */
 } dsq_rope;
 
 /* freq_factors: head_dim/2 divisors of the frequencies (GGUF rope_freqs.weight)
  * or NULL to derive them from the architecture (llama3 scaling). */
 dsq_status dsq_rope_init(dsq_rope *r, const dsq_arch *a, dsq_rope_layout layout, const float *freq_factors);
 void dsq_rope_free(dsq_rope *r);
+/* yarn's attention factor 0.1 * mscale * ln(factor) + 1 (1 when factor <= 1). */
+double dsq_yarn_mscale(double factor, double mscale);
 
 /* Rotates n_heads heads of head_dim in each of n_tok rows of x (row_stride
- * floats apart); token t is at position pos0 + t. */
+ * floats apart, heads head_stride apart: MLA rotates only the rope part at
+ * the end of each query head); token t is at position pos0 + t. */
 void dsq_cpu_rope(const dsq_rope *r, float *x, int n_tok, int n_heads, int64_t row_stride, int pos0);
 
 /* ---- element-wise and per-row ops ---- */
+
+/* Per-head products: for h < n_heads and each of n rows,
+ * y[t, h] = W_h x[t, h], x[t, h] the `in` floats at x + t * x_stride +
+ * h * x_head, W_h [out x in] row-major at W + h * w_head, y[t, h] the `out`
+ * floats at y + t * y_stride + h * y_head (MLA's absorbed q and values). */
+typedef struct dsq_head_mm {
+    int n_heads;
+    int64_t out, in;
+    const float *W;
+    int64_t w_head;
+    int64_t x_stride, x_head, y_stride, y_head;
+} dsq_head_mm;
+dsq_status dsq_cpu_head_matmul(const dsq_head_mm *p, const float *x, float *y, int n);
+
+/* Row moves (runtime/backend.h copy_rows, gather_rows, scatter_add_rows). */
+void dsq_cpu_copy_rows(float *dst, int64_t ds, const float *src, int64_t ss, int64_t w, int n);
+void dsq_cpu_gather_rows(float *dst, const float *src, const int32_t *idx, int64_t w, int n);
+void dsq_cpu_scatter_add_rows(float *dst, const float *src, const int32_t *idx, const float *wt, int64_t w, int n);
+
+/* ---- MoE routing (DeepSeek-V2/V3) ----
+ * For each of n tokens, from its F32 router logits: scores by m->scoring
+ * (softmax over the experts, or sigmoid each); for group-limited methods the
+ * topk_group best groups of n_routed / n_group experts (V2's
+ * group_limited_greedy ranks a group by its best score, V3's noaux_tc by the
+ * sum of its two best scores + bias), the other groups masked at -inf; then
+ * the top_k experts by score (+ bias for noaux_tc: the bias, when given,
+ * only selects). Weights are the selected experts' unbiased scores,
+ * divided by their sum + 1e-20 when norm_topk_prob, times routed_scaling
+ * (transformers' DeepseekV3TopkRouter / DeepseekV2TopkRouter, vLLM's
+ * grouped_topk). idx, wt: n x top_k. */
+dsq_status dsq_cpu_moe_route(const dsq_arch_moe *m, const float *logits, const float *bias, int32_t *idx, float *wt,
+                             int n);
 
 /* y = x / sqrt(mean(x^2) + eps) * w, per row of dim (y may be x). */
 void dsq_cpu_rmsnorm(const float *x, const float *w, float *y, int n_tok, int64_t dim, float eps);
@@ -78,6 +114,11 @@ typedef struct dsq_attn_shape {
     int window;     /* 0: none */
     bool bf16;      /* blocked path: Q K^T and P V in BF16 products with the polynomial exp (calibration passes) */
     int head_dim_v; /* 0: head_dim */
+    float scale;    /* of q.k; 0: 1 / sqrt(head_dim) (MLA: 1 / sqrt(qk head) times yarn's mscale squared) */
+    /* floats between cache rows of values; 0: n_kv_heads * head_dim_v. MLA's
+     * absorbed form reads the values as the first kv_lora_rank floats of
+     * the latent cache rows it also reads as keys. */
+    int64_t v_stride;
 } dsq_attn_shape;
 
 dsq_status dsq_cpu_attention(const dsq_attn_shape *s, const float *q, const float *kc, const float *vc, float *out,

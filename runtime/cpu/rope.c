@@ -11,6 +11,8 @@
 
 #define MAX_HEAD_DIM 1024
 
+double dsq_yarn_mscale(double factor, double mscale) { return factor <= 1 ? 1.0 : 0.1 * mscale * log(factor) + 1.0; }
+
 /* transformers' _compute_yarn_parameters (truncate = true). */
 static void yarn_freqs(const dsq_arch *a, const float *pos_freqs, float *inv, int half, float *mscale)
 {
@@ -29,10 +31,13 @@ static void yarn_freqs(const dsq_arch *a, const float *pos_freqs, float *inv, in
         float interp = 1.0f / ((float)factor * pos_freqs[i]), extrap = 1.0f / pos_freqs[i];
         inv[i] = interp * (1.0f - extra) + extrap * extra;
     }
+    double ms = a->mla.yarn_mscale, msa = a->mla.yarn_mscale_all_dim;
     if (a->yarn_attn_factor > 0)
         *mscale = (float)a->yarn_attn_factor;
+    else if (ms > 0 && msa > 0) /* DeepSeek: the ratio of the two */
+        *mscale = (float)(dsq_yarn_mscale(factor, ms) / dsq_yarn_mscale(factor, msa));
     else
-        *mscale = factor <= 1 ? 1.0f : (float)(0.1 * log(factor) + 1.0);
+        *mscale = (float)dsq_yarn_mscale(factor, 1.0);
 }
 
 static dsq_status scale_freqs(dsq_rope *r, const dsq_arch *a, const float *pos_freqs, const float *freq_factors)
@@ -66,6 +71,7 @@ dsq_status dsq_rope_init(dsq_rope *r, const dsq_arch *a, dsq_rope_layout layout,
         return dsq_fail(DSQ_ERR_FORMAT, "rope: theta %g", a->rope_theta);
     r->layout = layout;
     r->head_dim = (int)a->head_dim;
+    r->head_stride = r->head_dim;
     r->mscale = 1.0f;
     int half = r->head_dim / 2;
     r->inv_freq = malloc((size_t)half * sizeof(float));
@@ -116,6 +122,6 @@ void dsq_cpu_rope(const dsq_rope *r, float *x, int n_tok, int n_heads, int64_t r
             c[i] = (float)cos((double)theta) * r->mscale;
             s[i] = (float)sin((double)theta) * r->mscale;
         }
-        for (int h = 0; h < n_heads; h++) rotate_head(r, x + (int64_t)t * row_stride + (int64_t)h * r->head_dim, c, s);
+        for (int h = 0; h < n_heads; h++) rotate_head(r, x + (int64_t)t * row_stride + (int64_t)h * r->head_stride, c, s);
     }
 }
