@@ -1,4 +1,5 @@
 #include "calibration/int_export.h"
+#include "formats/block.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,7 @@ dsq_status dsq_int_export(dsq_model *m, const dsq_calib_set *calib, const dsq_se
                           const dsq_outdir *d, dsq_seq_report *rep, dsq_seq_keep **keep)
 {
     if (keep) *keep = NULL;
+    DSQ_TRY(dsq_block_require(m->block, &m->arch, DSQ_BLOCK_CAN_CALIBRATE, m->ckpt->path));
     dsq_seq_opts o = *o_in;
     if (o.max_layers > 0 && o.max_layers < m->arch.n_layers)
         return dsq_fail(DSQ_ERR_ARG, "export: an artifact holds every layer; max_layers %d of %lld is for in-memory runs",

@@ -11,6 +11,7 @@
 #include "core/clock.h"
 #include "core/grow.h"
 #include "core/log.h"
+#include "formats/block.h"
 
 struct dsq_seq_keep {
     void **p;
@@ -164,6 +165,9 @@ static dsq_status check_opts(const dsq_model *m, const dsq_calib_set *calib, con
 dsq_status dsq_seq_quantize(dsq_model *m, const dsq_calib_set *calib, const dsq_seq_opts *o_in, dsq_seq_report *rep,
                             dsq_seq_keep **keep_out)
 {
+    memset(rep, 0, sizeof *rep);
+    if (keep_out) *keep_out = NULL;
+    DSQ_TRY(dsq_block_require(m->block, &m->arch, DSQ_BLOCK_CAN_CALIBRATE, m->ckpt->path));
     dsq_seq_opts o = *o_in;
     o.awq.q = o.q;
     o.awq.q.rule = DSQ_INTQ_RULE_AWQ;

@@ -27,6 +27,8 @@ static const char g_usage[] =
     "                 decode path); the others as one prefill (default 0)\n"
     "  --chunk N      prefill in chunks of N tokens (default: all at once)\n"
     "  --threads N    CPU threads (default: all)\n"
+    "  --w8-weight-only  run an 8-bit checkpoint weight-only (activations unquantized),\n"
+    "                 as transformers does on the CPU (default: its activation scheme)\n"
     "  --force        replace OUT if it exists\n"
     "  --json         print a JSON summary on stdout\n"
     "  -h, --help     this text\n";
@@ -36,7 +38,7 @@ typedef struct logits_args {
     int n_pos;
     const char *tokens, *out;
     int decode, chunk, threads;
-    bool force, json;
+    bool force, json, w8_weight_only;
 } logits_args;
 
 static int usage_error(const char *msg, const char *what) { return dsq_cli_usage_error("logits", msg, what); }
@@ -45,19 +47,30 @@ static int parse_opt(int argc, char **argv, int *i, void *user)
 {
     logits_args *a = user;
     const char *opt = argv[*i];
-    if (!strcmp(opt, "--force")) a->force = true;
-    else if (!strcmp(opt, "--json")) a->json = true;
+    if (!strcmp(opt, "--force"))
+        a->force = true;
+    else if (!strcmp(opt, "--json"))
+        a->json = true;
+    else if (!strcmp(opt, "--w8-weight-only"))
+        a->w8_weight_only = true;
     else {
         const char *val = *i + 1 < argc ? argv[++*i] : NULL;
         if (!val) return usage_error(opt, " needs a value");
         long long v = 0;
-        if (!strcmp(opt, "--tokens")) a->tokens = val;
-        else if (!strcmp(opt, "-o") || !strcmp(opt, "--output")) a->out = val;
-        else if (!strcmp(opt, "--decode") && (v = dsq_cli_parse_int(opt, val, 0, 1 << 20)) >= 0) a->decode = (int)v;
-        else if (!strcmp(opt, "--chunk") && (v = dsq_cli_parse_int(opt, val, 1, 1 << 20)) >= 0) a->chunk = (int)v;
-        else if (!strcmp(opt, "--threads") && (v = dsq_cli_parse_int(opt, val, 1, 4096)) >= 0) a->threads = (int)v;
-        else if (v < 0) return 2;
-        else return usage_error("unknown option ", opt);
+        if (!strcmp(opt, "--tokens"))
+            a->tokens = val;
+        else if (!strcmp(opt, "-o") || !strcmp(opt, "--output"))
+            a->out = val;
+        else if (!strcmp(opt, "--decode") && (v = dsq_cli_parse_int(opt, val, 0, 1 << 20)) >= 0)
+            a->decode = (int)v;
+        else if (!strcmp(opt, "--chunk") && (v = dsq_cli_parse_int(opt, val, 1, 1 << 20)) >= 0)
+            a->chunk = (int)v;
+        else if (!strcmp(opt, "--threads") && (v = dsq_cli_parse_int(opt, val, 1, 4096)) >= 0)
+            a->threads = (int)v;
+        else if (v < 0)
+            return 2;
+        else
+            return usage_error("unknown option ", opt);
     }
     return 0;
 }
@@ -146,7 +159,8 @@ static dsq_status logits_main(const logits_args *a, dsq_model *m)
     double dt = dsq_now_s() - t0;
     if (s == DSQ_OK) s = write_out(a->out, a->force, lp, (size_t)n * (size_t)m->vocab);
     if (s == DSQ_OK && a->json)
-        printf("{\"tokens\": %d, \"vocab\": %lld, \"prefill\": %d, \"decode\": %d, \"seconds\": %.3f, \"output\": \"%s\"}\n",
+        printf("{\"tokens\": %d, \"vocab\": %lld, \"prefill\": %d, \"decode\": %d, \"seconds\": %.3f, \"output\": "
+               "\"%s\"}\n",
                n, (long long)m->vocab, n_pre, a->decode, dt, a->out);
     dsq_ctx_free(ctx);
     free(lp);
@@ -163,7 +177,8 @@ int dsq_cmd_logits(int argc, char **argv)
     if (!a.tokens) return usage_error("missing --tokens", NULL);
     if (!a.out) return usage_error("missing -o OUT", NULL);
     dsq_model *m;
-    if (dsq_model_open(a.pos[0], &m) != DSQ_OK) return dsq_cli_fail();
+    dsq_model_opts mo = {a.w8_weight_only};
+    if (dsq_model_open_with(a.pos[0], &mo, &m) != DSQ_OK) return dsq_cli_fail();
     dsq_status s = logits_main(&a, m);
     dsq_model_close(m);
     return s == DSQ_OK ? 0 : dsq_cli_fail();

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "formats/block.h"
 #include "calibration/dataset.h"
 #include "calibration/int_export.h"
 #include "calibration/sequential.h"
@@ -360,6 +361,7 @@ static dsq_status run(const qargs *a)
     dsq_outdir *d = NULL;
     dsq_seq_keep *keep = NULL;
     dsq_status s = dsq_model_open(a->model, &m);
+    if (s == DSQ_OK) s = dsq_block_require(m->block, &m->arch, DSQ_BLOCK_CAN_CALIBRATE, a->model);
     if (s == DSQ_OK) s = dsq_tokenizer_load(a->model, &tok);
     if (s == DSQ_OK && dsq_exists(a->out) && !a->force)
         s = dsq_fail(DSQ_ERR_EXISTS, "%s exists (pass --force to replace it)", a->out);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "formats/block.h"
 #include "calibration/dataset.h"
 #include "calibration/int_export.h"
 #include "calibration/sequential.h"
@@ -378,6 +379,7 @@ static dsq_status run(const wargs *a)
     dsq_tokenizer *tok = NULL;
     dsq_outdir *d = NULL;
     dsq_status s = dsq_model_open(a->model, &m);
+    if (s == DSQ_OK) s = dsq_block_require(m->block, &m->arch, DSQ_BLOCK_CAN_CALIBRATE, a->model);
     if (s == DSQ_OK && a->sq && !a->no_smooth) s = dsq_sq_check_model(&m->arch, m->block);
     if (s == DSQ_OK) s = dsq_tokenizer_load(a->model, &tok);
     if (s == DSQ_OK) s = dsq_outdir_open(a->out, a->force, &d);

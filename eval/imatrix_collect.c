@@ -8,6 +8,7 @@
 #include "core/clock.h"
 #include "eval/chunks.h"
 #include "eval/nll.h"
+#include "formats/block.h"
 
 typedef struct entry {
     double *sum2; /* [in] */
@@ -25,6 +26,7 @@ struct dsq_imatrix_collector {
 dsq_status dsq_imatrix_collector_new(const dsq_model *m, dsq_imatrix_collector **out)
 {
     *out = NULL;
+    DSQ_TRY(dsq_block_require(m->block, &m->arch, DSQ_BLOCK_CAN_CALIBRATE, m->ckpt->path));
     dsq_imatrix_collector *c = calloc(1, sizeof *c);
     int n = (int)m->arch.n_layers, nl = m->block->n_linears;
     if (c) c->e = calloc((size_t)n * (size_t)nl, sizeof *c->e);

@@ -77,5 +77,5 @@ static const dsq_block_linear g_linears[] = {
 
 /* Calibration and GGUF are not wired for MLA/MoE yet: the drivers refuse
  * these models by the missing capabilities (dsq_block_require). */
-const dsq_block_desc dsq_block_deepseek2 = {"deepseek2", N(g_norms),  N(g_linears), N(g_groups), 2,
-                                            g_norms,     g_linears,   g_groups,     0};
+const dsq_block_desc dsq_block_deepseek2 = {"deepseek2", N(g_norms), N(g_linears), N(g_groups), 2, g_norms, g_linears,
+                                            g_groups,    0};

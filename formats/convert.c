@@ -22,11 +22,13 @@
 #include "core/tensor.h"
 #include "formats/checkpoint.h"
 #include "formats/gguf.h"
+#include "formats/hf_cast.h"
 #include "formats/hf_config.h"
 #include "formats/hf_names.h"
 #include "formats/hf_tokenizer.h"
 #include "formats/safetensors.h"
 #include "quantizers/qtypes.h"
+#include "formats/block.h"
 
 #define NAME_CAP 256
 /* Elements per conversion chunk, a multiple of every block size: 8 MB of
@@ -527,6 +529,7 @@ static dsq_status hf_source_init(dsq_hf_source *s, const char *in_dir, dsq_conve
     if (!(s->dir = strdup(in_dir))) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
     DSQ_TRY(dsq_checkpoint_open(in_dir, &s->c));
     DSQ_TRY(dsq_checkpoint_require_arch(s->c));
+    DSQ_TRY(dsq_block_require(dsq_block_desc_of(&s->c->arch), &s->c->arch, DSQ_BLOCK_CAN_GGUF, in_dir));
     s->dtype = dtype == DSQ_CONVERT_AUTO ? hf_auto_type(s->c->st) : dtype_to_type(dtype);
     DSQ_TRY(plan_hf_to_gguf(&s->c->arch, s->c->st, s->dtype, &s->p));
     return hf_source_publish(s);
@@ -785,7 +788,12 @@ dsq_status dsq_convert_gguf_to_hf(const char *in_gguf, const char *out_dir, dsq_
 dsq_status dsq_convert(const char *in, const char *out, dsq_convert_dtype dtype, bool overwrite,
                        uint64_t max_shard_bytes)
 {
-    if (dsq_is_dir(in)) return dsq_convert_hf_to_gguf(in, out, dtype, overwrite);
+    if (dsq_is_dir(in)) {
+        size_t n = strlen(out);
+        bool gguf = n >= 5 && !strcasecmp(out + n - 5, ".gguf");
+        if (gguf) return dsq_convert_hf_to_gguf(in, out, dtype, overwrite);
+        return dsq_convert_hf_to_hf(in, out, dtype, overwrite, max_shard_bytes);
+    }
     if (!dsq_exists(in)) return dsq_fail(DSQ_ERR_NOT_FOUND, "%s: no such file or folder", in);
     FILE *f = fopen(in, "rb");
     if (!f) return dsq_fail_errno(DSQ_ERR_IO, "%s", in);

@@ -87,8 +87,11 @@ dsq_status dsq_hf_source_write_kvs(const dsq_hf_source *s, dsq_gguf_writer *w);
  * NaN/Inf values are passed on unchanged and unreported. */
 dsq_status dsq_hf_source_fetch_f32(dsq_hf_source *s, size_t i, float *dst);
 
-/* Picks the direction from what `in` is: a GGUF file -> HF folder, a folder
- * -> GGUF file. A lone .safetensors file (no config) is refused. */
+/* Picks the direction from what `in` and `out` are: a GGUF file -> HF
+ * folder; a folder -> a GGUF file when out ends in ".gguf", else -> a HF
+ * folder with float weights (formats/hf_cast.h: FP8 block-scaled checkpoints
+ * such as DeepSeek-V3's dequantized). A lone .safetensors file (no config)
+ * is refused. */
 dsq_status dsq_convert(const char *in, const char *out, dsq_convert_dtype dtype, bool overwrite,
                        uint64_t max_shard_bytes);
 

@@ -58,8 +58,8 @@ static float eps(const dsq_ctx *c) { return (float)c->m->arch.rms_norm_eps; }
 
 static void free_rows(dsq_ctx *c, ds_state *s)
 {
-    float **f[] = {&s->xn, &s->qa,   &s->q,    &s->kva,  &s->lat,    &s->kr,   &s->att,  &s->tmp,
-                   &s->qabs, &s->olat, &s->gate, &s->up, &s->acc, &s->logits, &s->ex_x, &s->ex_y, &s->wt_e, &s->wt};
+    float **f[] = {&s->xn,   &s->qa,   &s->q,  &s->kva, &s->lat,    &s->kr,   &s->att,  &s->tmp,  &s->qabs,
+                   &s->olat, &s->gate, &s->up, &s->acc, &s->logits, &s->ex_x, &s->ex_y, &s->wt_e, &s->wt};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         c->be->free(*f[i]);
         *f[i] = NULL;
@@ -81,11 +81,12 @@ static dsq_status reserve(dsq_ctx *c, ds_state *s, int n)
     struct {
         float **p;
         int64_t w;
-    } want[] = {{&s->xn, s->D},          {&s->qa, qlr},          {&s->q, s->H * s->qk},   {&s->kva, s->lr},
-                {&s->lat, s->L},         {&s->kr, s->R},         {&s->att, s->H * s->vh}, {&s->tmp, s->D},
-                {&s->qabs, s->H * s->lr}, {&s->olat, s->H * s->L}, {&s->gate, s->ffn},     {&s->up, s->ffn},
-                {&s->acc, s->D},         {&s->logits, E},        {&s->ex_x, s->D},        {&s->ex_y, s->D},
-                {&s->wt_e, 1},           {&s->wt, K}};
+    } want[] = {{&s->xn, s->D},          {&s->qa, qlr},      {&s->q, s->H * s->qk},
+                {&s->kva, s->lr},        {&s->lat, s->L},    {&s->kr, s->R},
+                {&s->att, s->H * s->vh}, {&s->tmp, s->D},    {&s->qabs, s->H * s->lr},
+                {&s->olat, s->H * s->L}, {&s->gate, s->ffn}, {&s->up, s->ffn},
+                {&s->acc, s->D},         {&s->logits, E},    {&s->ex_x, s->D},
+                {&s->ex_y, s->D},        {&s->wt_e, 1},      {&s->wt, K}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (!(*want[i].p = c->be->alloc((size_t)n * (size_t)want[i].w))) goto oom;
     s->idx = malloc((size_t)n * (size_t)K * sizeof *s->idx);
@@ -382,5 +383,5 @@ static int64_t tail_work(const dsq_ctx *c, int h, int64_t n_tok)
     return 0;
 }
 
-const dsq_block_impl dsq_block_impl_deepseek2 = {&dsq_block_deepseek2, state_new, state_free, half,
-                                                 tail,                  tail_input, tail_work};
+const dsq_block_impl dsq_block_impl_deepseek2 = {&dsq_block_deepseek2, state_new, state_free, half, tail,
+                                                 tail_input,           tail_work};

@@ -322,7 +322,7 @@ static dsq_status setup_arch(dsq_model *m)
     return DSQ_OK;
 }
 
-static dsq_status load(dsq_model *m)
+static dsq_status load(dsq_model *m, const dsq_model_opts *o)
 {
     DSQ_TRY(setup_arch(m));
     m->layers = calloc((size_t)m->arch.n_layers, sizeof *m->layers);
@@ -332,19 +332,25 @@ static dsq_status load(dsq_model *m)
         DSQ_TRY(dsq_hfq_from_dir(m->ckpt->path, &qc));
     else
         memset(&qc, 0, sizeof qc);
+    if (o && o->w8_weight_only && qc.method == DSQ_HFQ_W8) {
+        qc.w8.act = DSQ_W8_ACT_NONE;
+        qc.w8.act_group = 0;
+    }
     dsq_status s = load_globals(m, &qc);
     for (int l = 0; s == DSQ_OK && l < m->arch.n_layers; l++) s = load_layer(m, &qc, l);
     dsq_hfq_free(&qc);
     return s;
 }
 
-dsq_status dsq_model_open(const char *path, dsq_model **out)
+dsq_status dsq_model_open(const char *path, dsq_model **out) { return dsq_model_open_with(path, NULL, out); }
+
+dsq_status dsq_model_open_with(const char *path, const dsq_model_opts *o, dsq_model **out)
 {
     *out = NULL;
     dsq_model *m = calloc(1, sizeof *m);
     if (!m) return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", path);
     dsq_status s = dsq_checkpoint_open(path, &m->ckpt);
-    if (s == DSQ_OK) s = load(m);
+    if (s == DSQ_OK) s = load(m, o);
     if (s != DSQ_OK) {
         dsq_model_close(m);
         return s;

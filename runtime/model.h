@@ -58,6 +58,17 @@ typedef struct dsq_model {
 
 /* path: a .gguf file or a Hugging Face folder (config.json + safetensors). */
 dsq_status dsq_model_open(const char *path, dsq_model **out);
+
+typedef struct dsq_model_opts {
+    /* 8-bit checkpoints run weight-only (W8A16: activations stay F32), as
+     * transformers does on the CPU and vLLM's Marlin FP8 path on GPUs
+     * without FP8 units; default false: the activation scheme the config
+     * names (vLLM's FP8 / INT8 kernels) */
+    bool w8_weight_only;
+} dsq_model_opts;
+
+/* dsq_model_open with options (NULL: the defaults). */
+dsq_status dsq_model_open_with(const char *path, const dsq_model_opts *o, dsq_model **out);
 void dsq_model_close(dsq_model *m);
 
 /* Linear i of the block: its role ("q") and GGUF stem ("attn_q"); "?" out of range. */

@@ -21,8 +21,9 @@ dsq_status dsq_cpu_head_matmul(const dsq_head_mm *p, const float *x, float *y, i
     if (!scratch) return dsq_fail(DSQ_ERR_NOMEM, "head matmul: out of memory");
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int h = 0; h < p->n_heads; h++)
-        dsq_gemm_f32(DSQ_GEMM_BT, n, p->out, p->in, x + (int64_t)h * p->x_head, p->x_stride, p->W + (int64_t)h * p->w_head,
-                     p->in, y + (int64_t)h * p->y_head, p->y_stride, false, scratch + per * (size_t)omp_get_thread_num());
+        dsq_gemm_f32(DSQ_GEMM_BT, n, p->out, p->in, x + (int64_t)h * p->x_head, p->x_stride,
+                     p->W + (int64_t)h * p->w_head, p->in, y + (int64_t)h * p->y_head, p->y_stride, false,
+                     scratch + per * (size_t)omp_get_thread_num());
     free(scratch);
     return DSQ_OK;
 }

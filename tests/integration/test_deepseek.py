@@ -1,0 +1,214 @@
+"""DeepSeek-V2/V3 in our runtime and converters against transformers' own
+classes (DeepseekV3ForCausalLM / DeepseekV2ForCausalLM, no remote code) on
+tiny random models (tests/integration/deepseek_tiny.py):
+
+  logits   for 48 random token ids, our log-softmax at every position
+           (`dsquant logits`) against transformers' (F32, eager), within
+           1e-3 max |diff|: one prefill, a prefill of 32 then 16 decode steps
+           through the latent KV cache (the absorbed attention), and chunks of
+           20 (expanded attention over cached latents); for V3 (q_lora,
+           sigmoid + noaux_tc over 4 groups, shared expert, dense first layer,
+           yarn mscale), V2 (plain q_proj, softmax greedy, two shared experts)
+           and V2 with group_limited_greedy; and for V3 saved in BF16.
+  fp8      V3 with every linear in FP8 with 32 x 32 block scales (DeepSeek's
+           weight + weight_scale_inv, quantization_config fp8): transformers
+           dequantizes it on the CPU; ours runs it directly, weight-only
+           (--w8-weight-only) within 1e-3 of transformers, and with its
+           FP8 activations (vLLM's per-token-group scheme, the default)
+           visibly different from weight-only.
+  convert  the same model with 128 x 128 blocks, every block partial:
+           `dsquant convert --dtype bf16` gives, for every FP8 weight, the bits
+           of the formula bf16(f32(e4m3) * scale) (round to nearest even), the
+           other matrices rounded to bf16, vectors as they were; no scale
+           tensors; `--dtype auto` leaves every non-FP8 tensor byte for byte; config.json without quantization_config; transformers
+           loads the folder and agrees with our runtime on it; our runtime on
+           the FP8 folder (weight-only) agrees with the F32 conversion.
+  refusals an FP8 weight without scales, scales of the wrong shape, an
+           unknown topk_method or scoring_func, a missing expert: exit 1, one
+           line naming the tensor or field, nothing written; calibration of
+           these models is refused by name until it is implemented.
+
+About 1 minute. Exit 77 when torch/transformers are missing.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from dsq_testlib import binary, dsquant, skip
+
+TOL = 1e-3
+N_TOK = 48
+
+try:
+    import numpy as np
+    import torch
+    import accelerate  # noqa: F401  (transformers' FP8 loader needs it)
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+    import deepseek_tiny as dt
+except ImportError as e:  # pragma: no cover
+    skip(f"python package missing ({e}); scripts/install-deps.sh installs torch, transformers, accelerate")
+
+problems = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        problems.append(what)
+
+
+IDS = torch.randint(0, dt.VOCAB, (N_TOK,), generator=torch.Generator().manual_seed(3)).tolist()
+
+
+def theirs(folder):
+    m = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True).eval()
+    with torch.no_grad():
+        return torch.log_softmax(m(torch.tensor([IDS])).logits[0].double(), -1).numpy()
+
+
+def ours(folder, work, *opts):
+    out = os.path.join(work, "logits.f32")
+    dsquant("-q", "logits", folder, "--tokens", " ".join(map(str, IDS)), "-o", out, "--force", *opts)
+    return np.fromfile(out, dtype=np.float32).reshape(N_TOK, -1).astype(np.float64)
+
+
+def fails(*args):
+    """Runs dsquant expecting exit 1 and one error line; returns stderr."""
+    p = subprocess.run([binary(), *args], capture_output=True, text=True)
+    lines = [l for l in p.stderr.splitlines() if l.startswith("dsquant: error:")]
+    return p.returncode, lines[0] if len(lines) == 1 else p.stderr
+
+
+def logits_cases(work):
+    for kind in ("v3", "v2", "v2g"):
+        folder = dt.make(os.path.join(work, kind), kind)
+        ref = theirs(folder)
+        for name, opts in (("prefill", []), ("prefill 32 + decode 16", ["--decode", "16"]),
+                           ("chunks of 20", ["--chunk", "20"])):
+            d = np.abs(ours(folder, work, *opts) - ref).max()
+            check(d <= TOL, f"{kind} {name}: max |d log-softmax| {d:.2e} <= {TOL}")
+    bf = dt.make(os.path.join(work, "v3-bf16"), "v3", dtype="bfloat16")
+    d = np.abs(ours(bf, work, "--decode", "16") - theirs(bf)).max()
+    check(d <= TOL, f"v3 bf16 weights, prefill + decode: {d:.2e} <= {TOL}")
+
+
+def fp8_case(work):
+    fp8 = dt.fp8_copy(os.path.join(work, "v3"), os.path.join(work, "v3-fp8-32"), block=(32, 32))
+    ref = theirs(fp8)
+    wonly = ours(fp8, work, "--w8-weight-only", "--decode", "16")
+    d = np.abs(wonly - ref).max()
+    check(d <= TOL, f"v3 fp8 32x32 blocks, weight-only vs transformers: {d:.2e} <= {TOL}")
+    act = ours(fp8, work)
+    check(np.isfinite(act).all() and np.abs(act - wonly).max() > 10 * TOL,
+          f"v3 fp8 with FP8 activations differs from weight-only ({np.abs(act - wonly).max():.2e})")
+
+
+def convert_case(work):
+    fp8 = dt.fp8_copy(os.path.join(work, "v3"), os.path.join(work, "v3-fp8-128"), block=(128, 128))
+    out = os.path.join(work, "v3-bf16-cast")
+    dsquant("-q", "convert", fp8, "-o", out, "--dtype", "bf16")
+    src = load_file(os.path.join(fp8, "model.safetensors"))
+    got = {k: (v.view(torch.int16).numpy().view(np.uint16) if v.dtype == torch.bfloat16 else v.numpy())
+           for k, v in load_file(os.path.join(out, "model.safetensors")).items()}
+    n_fp8 = bad = 0
+    for k, v in src.items():
+        if k.endswith(".weight_scale_inv"):
+            if k in got:
+                bad += 1
+            continue
+        if v.dtype == torch.float8_e4m3fn:
+            n_fp8 += 1
+            want = dt.bf16_formula(v.view(torch.uint8).numpy(), src[k[:-7] + ".weight_scale_inv"].numpy(), (128, 128))
+            bad += not np.array_equal(got[k].view(np.uint16), want)
+        elif v.dim() >= 2:  # --dtype bf16 converts the other float matrices too (RNE)
+            bad += not np.array_equal(got[k], v.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16))
+        else:
+            bad += not np.array_equal(got[k], v.numpy())
+    check(n_fp8 > 30 and bad == 0, f"convert fp8 -> bf16: {n_fp8} FP8 weights bit-exact to the formula, the "
+                                   f"other matrices rounded to bf16, vectors unchanged, scales dropped ({bad} mismatches)")
+    auto = os.path.join(work, "v3-auto-cast")
+    dsquant("-q", "convert", fp8, "-o", auto)
+    got = load_file(os.path.join(auto, "model.safetensors"))
+    same = all(torch.equal(got[k], v) for k, v in src.items() if v.dtype != torch.float8_e4m3fn and
+               not k.endswith(".weight_scale_inv"))
+    check(same and set(got) == {k for k in src if not k.endswith(".weight_scale_inv")},
+          "convert --dtype auto: non-FP8 tensors byte for byte, the same names less the scales")
+    with open(os.path.join(out, "config.json")) as f:
+        cfg = json.load(f)
+    check("quantization_config" not in cfg and cfg.get("dtype", cfg.get("torch_dtype")) == "bfloat16",
+          "converted config.json: no quantization_config, dtype bfloat16")
+    d = np.abs(ours(out, work, "--decode", "16") - theirs(out)).max()
+    check(d <= TOL, f"converted bf16 folder, ours vs transformers: {d:.2e} <= {TOL}")
+    f32 = os.path.join(work, "v3-f32-cast")
+    dsquant("-q", "convert", fp8, "-o", f32, "--dtype", "f32")
+    d = np.abs(ours(fp8, work, "--w8-weight-only") - ours(f32, work)).max()
+    check(d <= 1e-4, f"fp8 128x128 (partial blocks) weight-only vs its f32 conversion: {d:.2e} <= 1e-4")
+
+
+def edited(src, dst, tensors=None, config=None):
+    shutil.copytree(src, dst)
+    if tensors:
+        t = load_file(os.path.join(src, "model.safetensors"))
+        tensors(t)
+        save_file(t, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
+    if config:
+        with open(os.path.join(src, "config.json")) as f:
+            c = json.load(f)
+        config(c)
+        with open(os.path.join(dst, "config.json"), "w") as f:
+            json.dump(c, f)
+    return dst
+
+
+def refusal_cases(work):
+    fp8 = os.path.join(work, "v3-fp8-128")
+    scale = "model.layers.1.self_attn.o_proj.weight_scale_inv"
+    cases = [
+        ("fp8 without scales", edited(fp8, os.path.join(work, "bad-noscale"), tensors=lambda t: t.pop(scale)),
+         "model.layers.1.self_attn.o_proj.weight is FP8 but " + scale),
+        ("scales of the wrong shape",
+         edited(fp8, os.path.join(work, "bad-shape"), tensors=lambda t: t.__setitem__(scale, torch.ones(2, 2))),
+         scale + ": shape [2, 2]"),
+    ]
+    for name, folder, phrase in cases:
+        out = os.path.join(work, "out-" + os.path.basename(folder))
+        rc, err = fails("convert", folder, "-o", out)
+        check(rc == 1 and phrase in err and not os.path.exists(out), f"convert refuses {name}: {err.strip()}")
+    v3 = os.path.join(work, "v3")
+    bad_cfg = [("topk_method", "noaux_tc_v9", "\"topk_method\" is \"noaux_tc_v9\""),
+               ("scoring_func", "relu", "\"scoring_func\" is \"relu\"")]
+    for key, val, phrase in bad_cfg:
+        folder = edited(v3, os.path.join(work, "bad-" + key), config=lambda c: c.__setitem__(key, val))
+        rc, err = fails("logits", folder, "--tokens", "1 2 3", "-o", os.path.join(work, "x.f32"))
+        check(rc == 1 and phrase in err, f"unknown {key} refused: {err.strip()}")
+    expert = "model.layers.2.mlp.experts.5.up_proj.weight"
+    folder = edited(v3, os.path.join(work, "bad-expert"), tensors=lambda t: t.pop(expert))
+    rc, err = fails("logits", folder, "--tokens", "1 2 3", "-o", os.path.join(work, "x.f32"))
+    check(rc == 1 and expert in err, f"a missing expert is named: {err.strip()}")
+    out = os.path.join(work, "rtn-out")
+    rc, err = fails("rtn", v3, "-o", out)
+    check(rc == 1 and "DeepseekV3ForCausalLM" in err and "not supported yet" in err and not os.path.exists(out),
+          f"calibration refused by name: {err.strip()}")
+
+
+def main():
+    binary()
+    work = tempfile.mkdtemp(prefix="dsq-deepseek-")
+    try:
+        logits_cases(work)
+        fp8_case(work)
+        convert_case(work)
+        refusal_cases(work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if problems:
+        print(f"{len(problems)} problem(s):\n  " + "\n  ".join(problems))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
