@@ -20,7 +20,7 @@
 #include "formats/pack_gptq.h"
 #include "runtime/block.h"
 
-static const dsq_arch_family g_families[] = {DSQ_ARCH_LLAMA, DSQ_ARCH_QWEN2};
+static const dsq_arch_family g_families[] = {DSQ_ARCH_LLAMA, DSQ_ARCH_QWEN2, DSQ_ARCH_DEEPSEEK2};
 
 static dsq_arch arch_of(dsq_arch_family f)
 {
@@ -33,6 +33,12 @@ static dsq_arch arch_of(dsq_arch_family f)
     a.n_heads = 4;
     a.n_kv_heads = 2;
     a.head_dim = 16;
+    if (f == DSQ_ARCH_DEEPSEEK2) {
+        a.n_kv_heads = a.n_heads;
+        a.mla = (dsq_arch_mla){32, 48, 8, 8, 16, true, 0, 0};
+        a.head_dim = 16;
+        a.moe = (dsq_arch_moe){8, 1, 2, 24, 4, 2, 1, 1, DSQ_TOPK_NOAUX_TC, DSQ_SCORING_SIGMOID, true, 2.5};
+    }
     return a;
 }
 
@@ -97,6 +103,7 @@ static void test_names_follow_the_description(void **state)
     for (size_t f = 0; f < sizeof g_families / sizeof g_families[0]; f++) {
         dsq_arch a = arch_of(g_families[f]);
         const dsq_block_desc *d = dsq_block_desc_of(&a);
+        if (!(d->caps & DSQ_BLOCK_CAN_GGUF)) continue; /* no GGUF names yet: the converters refuse it */
         for (int l = 0; l < a.n_layers; l++)
             for (int i = 0; i < d->n_linears; i++) {
                 char hf[128], gg[128], back[128];
@@ -118,6 +125,57 @@ static void test_names_follow_the_description(void **state)
     assert_true(dsq_block_linear_has_bias(&dsq_block_qwen2.linears[0], &(dsq_arch){.family = DSQ_ARCH_QWEN2}));
     assert_int_equal(dsq_block_llama.linears[dsq_block_find_linear(&dsq_block_llama, "k")].perm, DSQ_PERMUTE_K);
     assert_int_equal(dsq_block_qwen2.linears[dsq_block_find_linear(&dsq_block_qwen2, "k")].perm, DSQ_PERMUTE_NONE);
+}
+
+/* DeepSeek's layers differ: presence follows q_lora_rank and the MoE layout,
+ * widths follow the MLA and MoE fields, and the drivers without support
+ * refuse it by name. */
+static void test_deepseek_layers(void **state)
+{
+    (void)state;
+    dsq_arch a = arch_of(DSQ_ARCH_DEEPSEEK2);
+    snprintf(a.hf_architecture, sizeof a.hf_architecture, "DeepseekV3ForCausalLM");
+    const dsq_block_desc *d = dsq_block_desc_of(&a);
+    assert_ptr_equal(d, &dsq_block_deepseek2);
+    int q = dsq_block_find_linear(d, "q"), qa = dsq_block_find_linear(d, "q_a"), gate = dsq_block_find_linear(d, "gate");
+    int ex = dsq_block_find_linear(d, "up_exps"), sh = dsq_block_find_linear(d, "down_shexp");
+    int router = dsq_block_find_linear(d, "router");
+    assert_true(q >= 0 && qa >= 0 && gate >= 0 && ex >= 0 && sh >= 0 && router >= 0);
+    /* layer 0 dense, 1 and 2 MoE (first_dense 1) */
+    assert_true(dsq_block_linear_present(d, &a, 0, gate) && !dsq_block_linear_present(d, &a, 0, ex));
+    assert_true(!dsq_block_linear_present(d, &a, 1, gate) && dsq_block_linear_present(d, &a, 1, ex));
+    assert_true(dsq_block_linear_present(d, &a, 2, sh) && dsq_block_linear_present(d, &a, 2, router));
+    assert_true(d->linears[ex].expert && d->linears[router].router && !d->linears[sh].expert);
+    /* q_lora_rank 32: q_a and its norm, no plain q; 0: the other way */
+    assert_true(dsq_block_linear_present(d, &a, 0, qa) && !dsq_block_linear_present(d, &a, 0, q));
+    int qa_norm = -1;
+    for (int i = 0; i < d->n_norms; i++)
+        if (!strcmp(d->norms[i].role, "q_a_norm")) qa_norm = i;
+    assert_true(qa_norm >= 0 && dsq_block_norm_present(d, &a, 0, qa_norm));
+    assert_int_equal(dsq_block_norm_dim(d, &a, qa_norm), 32);
+    a.mla.q_lora_rank = 0;
+    assert_true(!dsq_block_linear_present(d, &a, 0, qa) && dsq_block_linear_present(d, &a, 0, q));
+    assert_false(dsq_block_norm_present(d, &a, 0, qa_norm));
+    /* shapes: kv_a is latent + rope, kv_b per head nope + v, o reads heads x v */
+    int64_t out, in;
+    dsq_block_linear_shape(d, &a, dsq_block_find_linear(d, "kv_a"), &out, &in);
+    assert_int_equal(out, 48 + 8);
+    dsq_block_linear_shape(d, &a, dsq_block_find_linear(d, "kv_b"), &out, &in);
+    assert_true(out == 4 * (8 + 16) && in == 48);
+    dsq_block_linear_shape(d, &a, dsq_block_find_linear(d, "o"), &out, &in);
+    assert_true(out == 64 && in == 4 * 16);
+    dsq_block_linear_shape(d, &a, sh, &out, &in);
+    assert_true(out == 64 && in == 24);
+    dsq_block_linear_shape(d, &a, router, &out, &in);
+    assert_true(out == 8 && in == 64);
+    /* no shared experts: none present */
+    a.moe.n_shared = 0;
+    assert_false(dsq_block_linear_present(d, &a, 1, sh));
+    assert_int_equal(dsq_block_require(d, &a, DSQ_BLOCK_CAN_CALIBRATE, "m"), DSQ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(dsq_errmsg(), "DeepseekV3ForCausalLM"));
+    dsq_arch l = arch_of(DSQ_ARCH_LLAMA);
+    assert_int_equal(dsq_block_require(dsq_block_desc_of(&l), &l, DSQ_BLOCK_CAN_CALIBRATE | DSQ_BLOCK_CAN_GGUF, "m"),
+                     DSQ_OK);
 }
 
 static void test_method_table(void **state)
@@ -214,6 +272,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_family_has_a_block),
         cmocka_unit_test(test_names_follow_the_description),
+        cmocka_unit_test(test_deepseek_layers),
         cmocka_unit_test(test_method_table),
         cmocka_unit_test(test_pack_shapes_match_packers),
     };
