@@ -533,6 +533,8 @@ static bool add_rope_scaling(cJSON *o, const dsq_arch *a)
         if (ok && a->yarn_beta_fast != 0) ok = add_num(r, "beta_fast", a->yarn_beta_fast);
         if (ok && a->yarn_beta_slow != 0) ok = add_num(r, "beta_slow", a->yarn_beta_slow);
         if (ok && a->yarn_attn_factor != 0) ok = add_num(r, "attention_factor", a->yarn_attn_factor);
+        if (ok && a->mla.yarn_mscale != 0) ok = add_num(r, "mscale", a->mla.yarn_mscale);
+        if (ok && a->mla.yarn_mscale_all_dim != 0) ok = add_num(r, "mscale_all_dim", a->mla.yarn_mscale_all_dim);
         break;
     }
     return ok;
@@ -543,10 +545,41 @@ static bool add_token_id(cJSON *o, const char *key, int64_t id)
     return id < 0 ? cJSON_AddNullToObject(o, key) != NULL : add_num(o, key, (double)id);
 }
 
+static const char *topk_method_name(dsq_topk_method m)
+{
+    return m == DSQ_TOPK_NOAUX_TC ? "noaux_tc" : m == DSQ_TOPK_GROUP_LIMITED ? "group_limited_greedy" : "greedy";
+}
+
+/* DeepseekV2Config / DeepseekV3Config's keys (and the routing keys DeepSeek's
+ * own configs carry, which transformers' classes imply). */
+static bool add_deepseek_keys(cJSON *o, const dsq_arch *a)
+{
+    const dsq_arch_mla *m = &a->mla;
+    const dsq_arch_moe *e = &a->moe;
+    bool ok = cJSON_AddBoolToObject(o, "attention_bias", a->attention_bias) &&
+              (m->q_lora_rank > 0 ? add_num(o, "q_lora_rank", (double)m->q_lora_rank)
+                                  : cJSON_AddNullToObject(o, "q_lora_rank") != NULL) &&
+              add_num(o, "kv_lora_rank", (double)m->kv_lora_rank) &&
+              add_num(o, "qk_nope_head_dim", (double)m->qk_nope_head_dim) &&
+              add_num(o, "qk_rope_head_dim", (double)m->qk_rope_head_dim) &&
+              add_num(o, "v_head_dim", (double)m->v_head_dim) && cJSON_AddBoolToObject(o, "rope_interleave", m->rope_interleave) &&
+              add_num(o, "moe_intermediate_size", (double)e->ffn) && add_num(o, "n_routed_experts", (double)e->n_routed) &&
+              add_num(o, "n_shared_experts", (double)e->n_shared) && add_num(o, "num_experts_per_tok", (double)e->top_k) &&
+              add_num(o, "n_group", (double)e->n_group) && add_num(o, "topk_group", (double)e->topk_group) &&
+              cJSON_AddStringToObject(o, "topk_method", topk_method_name(e->topk_method)) &&
+              cJSON_AddStringToObject(o, "scoring_func", e->scoring == DSQ_SCORING_SIGMOID ? "sigmoid" : "softmax") &&
+              cJSON_AddBoolToObject(o, "norm_topk_prob", e->norm_topk_prob) &&
+              add_num(o, "routed_scaling_factor", e->routed_scaling) &&
+              add_num(o, "first_k_dense_replace", (double)e->first_dense) && add_num(o, "moe_layer_freq", (double)e->layer_freq) &&
+              add_num(o, "num_nextn_predict_layers", (double)a->n_mtp_layers);
+    return ok;
+}
+
 /* Family-specific keys transformers writes for these classes. */
 static bool add_family_keys(cJSON *o, const dsq_arch *a)
 {
     bool ok = true;
+    if (a->family == DSQ_ARCH_DEEPSEEK2) return add_deepseek_keys(o, a);
     if (a->family == DSQ_ARCH_LLAMA) {
         ok = cJSON_AddBoolToObject(o, "attention_bias", a->attention_bias) &&
              cJSON_AddBoolToObject(o, "mlp_bias", a->mlp_bias);
@@ -574,7 +607,9 @@ static bool fill_config(cJSON *o, const dsq_arch *a)
               add_num(o, "num_hidden_layers", (double)a->n_layers) &&
               add_num(o, "num_attention_heads", (double)a->n_heads) &&
               add_num(o, "num_key_value_heads", (double)a->n_kv_heads);
-    if (ok && (a->has_head_dim || a->head_dim * a->n_heads != a->hidden_size))
+    /* DeepseekV2/V3Config keep transformers' rope width there */
+    if (ok && a->family == DSQ_ARCH_DEEPSEEK2) ok = add_num(o, "head_dim", (double)a->mla.qk_rope_head_dim);
+    else if (ok && (a->has_head_dim || a->head_dim * a->n_heads != a->hidden_size))
         ok = add_num(o, "head_dim", (double)a->head_dim);
     ok = ok && add_num(o, "vocab_size", (double)a->vocab_size) &&
          add_num(o, "max_position_embeddings", (double)a->max_position_embeddings) &&

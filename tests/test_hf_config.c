@@ -315,6 +315,20 @@ static void test_deepseek(void **state)
         {"\"routed_scaling_factor\": 2.5", "\"routed_scaling_factor\": -1", "routed_scaling_factor -1",
          DSQ_ERR_FORMAT},
     };
+    /* config.json written back parses to the same architecture */
+    const char *srcs[] = {DSV3, DSV2_LITE};
+    for (int k = 0; k < 2; k++) {
+        dsq_arch x = parse_ok(srcs[k]), y;
+        char *text = NULL;
+        assert_int_equal(dsq_arch_to_hf_json(&x, &text), DSQ_OK);
+        y = parse_ok(text);
+        free(text);
+        assert_memory_equal(&x.mla, &y.mla, sizeof x.mla);
+        assert_memory_equal(&x.moe, &y.moe, sizeof x.moe);
+        assert_true(x.head_dim == y.head_dim && x.n_mtp_layers == y.n_mtp_layers && x.rope_factor == y.rope_factor &&
+                    x.rope_original_max_pos == y.rope_original_max_pos && x.vocab_size == y.vocab_size);
+        assert_string_equal(x.hf_architecture, y.hf_architecture);
+    }
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char *j = edit(DSV3, bad[i].from, bad[i].to);
         expect_fail(j, bad[i].want, bad[i].phrase);
