@@ -11,6 +11,8 @@ static dsq_status linear_rows(void *user, int64_t r0, int64_t nr, float *dst)
 
 static dsq_status emit(void *user, const dsq_seq_layer_out *l) { return dsq_int_writer_layer(user, l); }
 
+static dsq_status emit_expert(void *user, const dsq_seq_expert_out *x) { return dsq_int_writer_expert(user, x); }
+
 /* What the writer must know before the first layer: which linears the
  * driver will quantize and which carry biases. */
 static dsq_status make_source(const dsq_model *m, const dsq_seq_opts *o, dsq_int_source *src)
@@ -25,9 +27,14 @@ static dsq_status make_source(const dsq_model *m, const dsq_seq_opts *o, dsq_int
         return dsq_fail(DSQ_ERR_NOMEM, "export: out of memory");
     }
     for (size_t i = 0; i < n; i++) {
-        const dsq_linear *W = &m->layers[i / (size_t)nl].lin[i % (size_t)nl];
-        q[i] = dsq_intq_fits(&o->q, W->in);
-        b[i] = W->bias != NULL;
+        int64_t l = (int64_t)(i / (size_t)nl);
+        int id = (int)(i % (size_t)nl);
+        const dsq_block_linear *bl = &m->block->linears[id];
+        if (!dsq_block_linear_present(m->block, &m->arch, l, id) || bl->router) continue;
+        int64_t out, in;
+        dsq_block_linear_shape(m->block, &m->arch, id, &out, &in);
+        q[i] = dsq_intq_fits(&o->q, in);
+        b[i] = !bl->expert && m->layers[l].lin[id].bias != NULL;
     }
     src->ckpt = m->ckpt;
     src->arch = &m->arch;
@@ -49,6 +56,7 @@ static dsq_status write_all(dsq_model *m, const dsq_calib_set *calib, dsq_seq_op
     dsq_linear_release(&E);
     DSQ_TRY(s);
     o->emit = emit;
+    o->emit_expert = emit_expert;
     o->user = w;
     DSQ_TRY(dsq_seq_quantize(m, calib, o, rep, keep));
     DSQ_TRY(dsq_int_writer_vector(w, m->output_norm, (size_t)m->dim));

@@ -24,6 +24,15 @@ static void lin_view(dsq_linear *W, float *w, float *bias, int64_t out, int64_t 
     W->bias = bias;
 }
 
+bool dsq_seq_lin_present(const dsq_seq_layer *s, int id) { return s->present[id]; }
+
+int dsq_seq_group_first(const dsq_seq_layer *s, int g)
+{
+    for (int id = 0; id < s->d->n_linears; id++)
+        if (s->d->linears[id].group == g && s->present[id]) return id;
+    return -1;
+}
+
 static void free_copies(dsq_seq_layer *s)
 {
     for (int id = 0; id < s->d->n_linears; id++) {
@@ -41,14 +50,16 @@ static void free_copies(dsq_seq_layer *s)
 static dsq_status make_copies(dsq_seq_layer *s)
 {
     const dsq_layer *L = &s->m->layers[s->l];
-    size_t dim = (size_t)s->m->dim;
     for (int i = 0; i < s->d->n_norms; i++) {
+        if (!L->norm[i]) continue; /* a norm this layer lacks */
+        size_t dim = (size_t)dsq_block_norm_dim(s->d, &s->m->arch, i);
         if (!(s->norm[i] = malloc(dim * sizeof(float))))
             return dsq_fail(DSQ_ERR_NOMEM, "layer %d %s: out of memory", s->l, s->d->norms[i].role);
         memcpy(s->norm[i], L->norm[i], dim * sizeof(float));
     }
     for (int id = 0; id < s->d->n_linears; id++) {
         const dsq_linear *W = &s->orig[id];
+        if (!s->present[id]) continue;
         if (!(s->w[id] = malloc((size_t)(W->out * W->in) * sizeof(float))))
             return dsq_fail(DSQ_ERR_NOMEM, "layer %d %s: out of memory", s->l, s->d->linears[id].role);
         DSQ_TRY(dsq_linear_rows_f32(W, 0, W->out, s->w[id]));
@@ -70,8 +81,11 @@ dsq_status dsq_seq_layer_begin(dsq_seq_layer *s, dsq_model *m, int l, const dsq_
     dsq_layer *L = &m->layers[l];
     for (int i = 0; i < s->d->n_norms; i++) s->orig_norm[i] = L->norm[i];
     for (int id = 0; id < s->d->n_linears; id++) {
+        const dsq_block_linear *bl = &s->d->linears[id];
         s->orig[id] = L->lin[id];
-        s->ok[id] = dsq_intq_fits(&o->q, L->lin[id].in);
+        /* routed experts are copied one at a time (calibration/moe.c); the router stays as it is */
+        s->present[id] = dsq_block_linear_present(s->d, &m->arch, l, id) && !bl->expert;
+        s->ok[id] = s->present[id] && !bl->router && dsq_intq_fits(&o->q, L->lin[id].in);
     }
     dsq_status st = make_copies(s);
     if (st != DSQ_OK) {
@@ -80,8 +94,9 @@ dsq_status dsq_seq_layer_begin(dsq_seq_layer *s, dsq_model *m, int l, const dsq_
     }
     /* the model now runs on the copies, so every change below is what the forward sees */
     for (int id = 0; id < s->d->n_linears; id++)
-        lin_view(&L->lin[id], s->w[id], s->bias[id], s->orig[id].out, s->orig[id].in);
-    for (int i = 0; i < s->d->n_norms; i++) L->norm[i] = s->norm[i];
+        if (s->present[id]) lin_view(&L->lin[id], s->w[id], s->bias[id], s->orig[id].out, s->orig[id].in);
+    for (int i = 0; i < s->d->n_norms; i++)
+        if (s->norm[i]) L->norm[i] = s->norm[i];
     s->installed = true;
     return DSQ_OK;
 }
@@ -92,15 +107,18 @@ static dsq_status keep_copies(dsq_seq_layer *s, dsq_seq_keep *keep)
     size_t mark = dsq_seq_keep_mark(keep);
     dsq_status st = DSQ_OK;
     for (int id = 0; id < s->d->n_linears && st == DSQ_OK; id++) {
+        if (!s->w[id]) continue;
         st = dsq_seq_keep_add(keep, s->w[id]);
         if (st == DSQ_OK && s->bias[id]) st = dsq_seq_keep_add(keep, s->bias[id]);
     }
-    for (int i = 0; i < s->d->n_norms && st == DSQ_OK; i++) st = dsq_seq_keep_add(keep, s->norm[i]);
+    for (int i = 0; i < s->d->n_norms && st == DSQ_OK; i++)
+        if (s->norm[i]) st = dsq_seq_keep_add(keep, s->norm[i]);
     if (st != DSQ_OK) {
         dsq_seq_keep_rewind(keep, mark);
         return st;
     }
     for (int id = 0; id < s->d->n_linears; id++) {
+        if (!s->present[id]) continue;
         dsq_linear_release(&s->orig[id]);
         s->w[id] = s->bias[id] = NULL;
     }
@@ -111,7 +129,8 @@ static dsq_status keep_copies(dsq_seq_layer *s, dsq_seq_keep *keep)
 static void restore(dsq_seq_layer *s)
 {
     dsq_layer *L = &s->m->layers[s->l];
-    for (int id = 0; id < s->d->n_linears; id++) L->lin[id] = s->orig[id];
+    for (int id = 0; id < s->d->n_linears; id++)
+        if (s->present[id]) L->lin[id] = s->orig[id];
     for (int i = 0; i < s->d->n_norms; i++) L->norm[i] = s->orig_norm[i];
 }
 
@@ -122,7 +141,7 @@ dsq_status dsq_seq_layer_end(dsq_seq_layer *s, dsq_seq_keep *keep)
         /* The layer's input weights are done with: drop their mapped pages so
          * the resident set stays near one layer whatever the model size. */
         for (int id = 0; id < s->d->n_linears; id++)
-            if (!s->orig[id].owned && s->orig[id].data)
+            if (s->present[id] && !s->orig[id].owned && s->orig[id].data)
                 dsq_release_pages(s->orig[id].data, (uint64_t)s->orig[id].out * (uint64_t)s->orig[id].row_bytes);
         if (keep) st = keep_copies(s, keep);
         if (!keep || st != DSQ_OK) restore(s);
@@ -171,8 +190,8 @@ static int64_t cap_rows(const dsq_seq_hooks *h, int n_tok)
 static dsq_status on_linear(void *user, int layer, int which, int expert, const float *x, int n_tok, int64_t in)
 {
     dsq_seq_hooks *h = user;
-    if (expert >= 0)
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, "calibration: layer %d: expert linears are not calibrated yet", layer);
+    /* routed experts get their statistics from calibration/moe.c, not from the layer's passes */
+    if (expert >= 0) return which == h->stop_after ? DSQ_STOP : DSQ_OK;
     int64_t keep = h->cap[which] ? cap_rows(h, n_tok) : 0;
     if (keep > 0) memcpy(h->cap[which] + h->row0 * in, x, (size_t)keep * (size_t)in * sizeof *x);
     if (h->amax[which]) {
@@ -213,8 +232,10 @@ dsq_status dsq_seq_run_pass(dsq_seq_runner *r, int l, int half, const float *in,
     const dsq_block_desc *d = dsq_ctx_model(r->ctx)->block;
     dsq_layer *L = &dsq_ctx_model(r->ctx)->layers[l];
     int nlin = d->n_linears;
+    const dsq_arch *a = &dsq_ctx_model(r->ctx)->arch;
     for (int id = 0; id < nlin && s == DSQ_OK && dsq_ctx_bf16(r->ctx); id++)
-        if (pass_runs(d, id, half, h)) s = dsq_linear_bf16_pack(&L->lin[id]);
+        if (pass_runs(d, id, half, h) && dsq_block_linear_present(d, a, l, id) && !d->linears[id].expert)
+            s = dsq_linear_bf16_pack(&L->lin[id]);
     for (int i = 0; i < n && s == DSQ_OK; i++) {
         float *buf = out ? out + (size_t)i * rows : r->scratch;
         if (buf != in + (size_t)i * rows) memcpy(buf, in + (size_t)i * rows, rows * sizeof *buf);

@@ -17,6 +17,7 @@ typedef struct dsq_seq_layer dsq_seq_layer;
 typedef struct dsq_seq_runner dsq_seq_runner;
 struct dsq_seq_opts;
 struct dsq_seq_report;
+struct dsq_seq_expert;
 
 /* Statistics of a linear's input a method needs (bit set). None: the method
  * looks at no data (no calibration samples are loaded or run). */
@@ -42,6 +43,9 @@ typedef struct dsq_method {
     /* the statistics under options o, when they depend on them (NULL: stats);
      * FP8 dynamic needs no data, FP8 static does */
     unsigned (*stats_for)(const struct dsq_seq_opts *o);
+    /* one routed expert of an MoE layer (calibration/moe.c; NULL: the method
+     * does not handle MoE models yet, and the driver refuses them) */
+    dsq_status (*expert)(struct dsq_seq_expert *x, struct dsq_seq_report *rep);
 } dsq_method;
 
 /* The row named `name`, or NULL (no message: a lookup). */

@@ -220,7 +220,7 @@ static dsq_status awq_alloc(awq_st *a, dsq_seq_layer *s, dsq_seq_runner *r)
     size_t nt = (size_t)a->nt;
     int64_t txw = 0, work = 0;
     for (int g = 0; g < s->d->n_groups; g++) {
-        int64_t in = dsq_seq_lin_in(s, dsq_block_group_first(s->d, g));
+        int64_t in = dsq_seq_lin_in(s, dsq_seq_group_first(s, g));
         if (!(a->X[g] = malloc((size_t)a->all_tok * (size_t)in * sizeof(float))))
             return dsq_fail(DSQ_ERR_NOMEM, "awq layer %d: out of memory for the captured inputs of %lld tokens",
                             s->l, (long long)a->all_tok);
@@ -278,7 +278,7 @@ static dsq_status awq_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *hi
     dsq_status st = awq_alloc(&a, s, r);
     dsq_seq_hooks h;
     dsq_seq_hooks_init(&h);
-    for (int g = 0; g < s->d->n_groups; g++) h.cap[dsq_block_group_first(s->d, g)] = a.X[g];
+    for (int g = 0; g < s->d->n_groups; g++) h.cap[dsq_seq_group_first(s, g)] = a.X[g];
     /* the float layer's output is the next layer's input, as in AutoAWQ */
     double t0 = dsq_now_s();
     if (st == DSQ_OK) st = dsq_seq_run_pass(r, s->l, DSQ_SEQ_WHOLE_LAYER, hin, hout, r->n_samples, &h);
@@ -308,5 +308,4 @@ static dsq_status awq_check(const dsq_seq_opts *o)
 }
 
 const dsq_method dsq_method_awq = {
-    "awq", DSQ_STAT_MEAN_ABS | DSQ_STAT_INPUTS | DSQ_STAT_XTX, DSQ_INT_FORMAT_AWQ, 512, awq_check, awq_layer, NULL,
-};
+    "awq", DSQ_STAT_MEAN_ABS | DSQ_STAT_INPUTS | DSQ_STAT_XTX, DSQ_INT_FORMAT_AWQ, 512, awq_check, awq_layer, NULL, NULL};

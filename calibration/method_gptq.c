@@ -10,8 +10,26 @@
 
 #include "calibration/method.h"
 #include "calibration/seq_internal.h"
+#include "core/bigbuf.h"
 #include "core/clock.h"
 #include "core/log.h"
+
+/* GPTQ of one F32 matrix with Hessian H; w becomes its dequantized value. */
+static dsq_status gptq_one(const dsq_seq_opts *o, const char *name, float *w, int64_t out, int64_t in,
+                           const dsq_hessian *H, dsq_intq *q, dsq_seq_report *rep)
+{
+    dsq_gptq_opts go = dsq_gptq_default_opts();
+    go.q = o->q;
+    go.q.rule = DSQ_INTQ_RULE_GPTQ;
+    go.percdamp = o->damp;
+    go.act_order = o->act_order;
+    go.static_groups = o->static_groups;
+    go.name = name;
+    dsq_gptq_report gr;
+    DSQ_TRY(dsq_gptq_quantize(w, out, in, H->h, &go, q, &gr));
+    rep->gptq_loss += gr.loss;
+    return dsq_intq_dequantize(q, w);
+}
 
 static dsq_status quantize_group(dsq_seq_layer *s, int g, const dsq_hessian *H, dsq_seq_report *rep)
 {
@@ -19,18 +37,8 @@ static dsq_status quantize_group(dsq_seq_layer *s, int g, const dsq_hessian *H, 
         if (s->d->linears[id].group != g || !s->ok[id]) continue;
         char name[160];
         dsq_seq_lin_name(s, id, name, sizeof name);
-        dsq_gptq_opts go = dsq_gptq_default_opts();
-        go.q = s->o->q;
-        go.q.rule = DSQ_INTQ_RULE_GPTQ;
-        go.percdamp = s->o->damp;
-        go.act_order = s->o->act_order;
-        go.static_groups = s->o->static_groups;
-        go.name = name;
-        dsq_gptq_report gr;
-        DSQ_TRY(dsq_gptq_quantize(s->w[id], dsq_seq_lin_out(s, id), dsq_seq_lin_in(s, id), H->h, &go, &s->q[id], &gr));
+        DSQ_TRY(gptq_one(s->o, name, s->w[id], dsq_seq_lin_out(s, id), dsq_seq_lin_in(s, id), H, &s->q[id], rep));
         s->has_q[id] = true;
-        rep->gptq_loss += gr.loss;
-        DSQ_TRY(dsq_intq_dequantize(&s->q[id], s->w[id]));
     }
     return DSQ_OK;
 }
@@ -41,7 +49,7 @@ static dsq_status quantize_group(dsq_seq_layer *s, int g, const dsq_hessian *H, 
 static dsq_status gptq_group(dsq_seq_layer *s, dsq_seq_runner *r, int g, const float *in, float *cap,
                              dsq_seq_report *rep)
 {
-    int first = dsq_block_group_first(s->d, g);
+    int first = dsq_seq_group_first(s, g);
     dsq_hessian H;
     DSQ_TRY(dsq_hessian_init(&H, dsq_seq_lin_in(s, first)));
     H.bf16 = s->o->bf16;
@@ -90,7 +98,7 @@ static dsq_status gptq_half(dsq_seq_layer *s, dsq_seq_runner *r, int half, const
     for (int g = 0; g < s->d->n_groups; g++) {
         const dsq_block_group *gd = &s->d->groups[g];
         if (gd->half != half || !dsq_seq_group_any(s, g)) continue;
-        int64_t w = dsq_seq_lin_in(s, dsq_block_group_first(s->d, g));
+        int64_t w = dsq_seq_lin_in(s, dsq_seq_group_first(s, g));
         if (!gd->tail || !keep_tail_input(r, w)) {
             DSQ_TRY(gptq_group(s, r, g, in, NULL, rep));
             continue;
@@ -116,4 +124,41 @@ dsq_status dsq_seq_gptq_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *
     return DSQ_OK;
 }
 
-const dsq_method dsq_method_gptq = {"gptq", DSQ_STAT_XTX, DSQ_INT_FORMAT_GPTQ, 2048, NULL, dsq_seq_gptq_layer, NULL};
+/* Linears k of expert x from the Hessian of rows x (n of them). */
+static dsq_status gptq_expert_linears(dsq_seq_expert *x, const int *ks, int nk, const float *rows, int64_t n,
+                                      dsq_seq_report *rep)
+{
+    dsq_hessian H;
+    DSQ_TRY(dsq_hessian_init(&H, x->in[ks[0]]));
+    H.bf16 = x->s->o->bf16;
+    dsq_status st = dsq_hessian_add(&H, rows, n);
+    if (st == DSQ_OK) st = dsq_hessian_finalize(&H);
+    for (int i = 0; i < nk && st == DSQ_OK; i++) {
+        int k = ks[i];
+        if (!x->ok[k]) continue;
+        char name[192];
+        dsq_seq_expert_name(x, k, name, sizeof name);
+        st = gptq_one(x->s->o, name, x->w[k], x->out[k], x->in[k], &H, &x->q[k], rep);
+        x->has_q[k] = st == DSQ_OK;
+    }
+    dsq_hessian_free(&H);
+    return st;
+}
+
+/* True-sequential within the expert: gate and up from the expert's input
+ * rows, then down from the activations of the quantized gate and up. */
+static dsq_status gptq_expert(dsq_seq_expert *x, dsq_seq_report *rep)
+{
+    DSQ_TRY(gptq_expert_linears(x, (const int[]){0, 1}, 2, x->x, x->n_tok, rep));
+    size_t n = (size_t)x->n_tok * (size_t)x->out[0];
+    float *act = dsq_bigbuf_alloc(n * sizeof *act), *tmp = dsq_bigbuf_alloc(n * sizeof *tmp);
+    dsq_status st = act && tmp ? dsq_seq_expert_act(x, x->x, x->n_tok, act, tmp)
+                               : dsq_fail(DSQ_ERR_NOMEM, "gptq: out of memory for an expert's activations");
+    free(tmp);
+    if (st == DSQ_OK) st = gptq_expert_linears(x, (const int[]){2}, 1, act, x->n_tok, rep);
+    free(act);
+    return st;
+}
+
+const dsq_method dsq_method_gptq = {"gptq", DSQ_STAT_XTX, DSQ_INT_FORMAT_GPTQ, 2048, NULL, dsq_seq_gptq_layer, NULL,
+                                    gptq_expert};

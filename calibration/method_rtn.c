@@ -11,4 +11,19 @@ static dsq_status rtn_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *hi
     return DSQ_OK;
 }
 
-const dsq_method dsq_method_rtn = {"rtn", 0, DSQ_INT_FORMAT_GPTQ, 0, NULL, rtn_layer, NULL};
+/* A routed expert: the same rule on each of its linears. */
+static dsq_status rtn_expert(dsq_seq_expert *x, dsq_seq_report *rep)
+{
+    (void)rep;
+    dsq_intq_params p = x->s->o->q;
+    p.rule = DSQ_INTQ_RULE_AWQ;
+    for (int k = 0; k < DSQ_INT_EXPERT_LINEARS; k++) {
+        if (!x->ok[k]) continue;
+        DSQ_TRY(dsq_intq_quantize(x->w[k], x->out[k], x->in[k], &p, NULL, &x->q[k]));
+        x->has_q[k] = true;
+        DSQ_TRY(dsq_intq_dequantize(&x->q[k], x->w[k]));
+    }
+    return DSQ_OK;
+}
+
+const dsq_method dsq_method_rtn = {"rtn", 0, DSQ_INT_FORMAT_GPTQ, 0, NULL, rtn_layer, NULL, rtn_expert};

@@ -39,7 +39,7 @@ typedef struct sq_st {
 static bool group_smoothed(const dsq_seq_layer *s, int g)
 {
     const dsq_block_group *gd = &s->d->groups[g];
-    int first = dsq_block_group_first(s->d, g);
+    int first = dsq_seq_group_first(s, g);
     if (first < 0) return false;
     for (int id = 0; id < s->d->n_linears; id++)
         if (s->d->linears[id].group == g && !s->ok[id]) return false;
@@ -68,7 +68,7 @@ static dsq_status collect(sq_st *a, dsq_seq_runner *r, const float *hin)
     h.cap_tokens = a->n_cap;
     for (int g = 0; g < s->d->n_groups; g++) {
         if (!group_smoothed(s, g)) continue;
-        int first = dsq_block_group_first(s->d, g);
+        int first = dsq_seq_group_first(s, g);
         size_t in = (size_t)dsq_seq_lin_in(s, first);
         if (!(a->amax[g] = calloc(in, sizeof(float))) ||
             (autoa && !(a->X[g] = malloc((size_t)a->n_cap * in * sizeof(float)))))
@@ -225,5 +225,4 @@ static dsq_status sq_check(const dsq_seq_opts *o)
 }
 
 const dsq_method dsq_method_smoothquant = {
-    "smoothquant", DSQ_STAT_MAX_ABS, DSQ_INT_FORMAT_CT, 512, sq_check, sq_layer, sq_stats,
-};
+    "smoothquant", DSQ_STAT_MAX_ABS, DSQ_INT_FORMAT_CT, 512, sq_check, sq_layer, sq_stats, NULL};

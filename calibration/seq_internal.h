@@ -27,6 +27,8 @@ struct dsq_seq_layer {
     bool has_q[DSQ_BLOCK_MAX_LINEARS], ok[DSQ_BLOCK_MAX_LINEARS];
     dsq_w8q q8[DSQ_BLOCK_MAX_LINEARS]; /* the 8-bit methods' weights (has_q8) */
     bool has_q8[DSQ_BLOCK_MAX_LINEARS];
+    /* the layer has the linear and it is copied here (not an absent one, not a routed expert) */
+    bool present[DSQ_BLOCK_MAX_LINEARS];
     float k_scale, v_scale; /* FP8 KV-cache scales (w8.kv_fp8) */
     bool installed;         /* the copies are in the model */
 };
@@ -50,6 +52,12 @@ int64_t dsq_seq_lin_in(const dsq_seq_layer *s, int id);
 void dsq_seq_lin_name(const dsq_seq_layer *s, int id, char *buf, size_t cap);
 /* Quantizes s->w[id] by rule, then replaces it by its dequantized value. */
 dsq_status dsq_seq_quantize_rtn(dsq_seq_layer *s, int id, dsq_intq_rule rule);
+/* Whether linear id is one of the layer's copies (the layer has it; routed
+ * experts are handled one by one, calibration/moe.c). */
+bool dsq_seq_lin_present(const dsq_seq_layer *s, int id);
+/* The first linear of group g this layer has (the one a pass stops at to
+ * capture the group's input), or -1. */
+int dsq_seq_group_first(const dsq_seq_layer *s, int g);
 /* Whether any linear of group g may be quantized. */
 bool dsq_seq_group_any(const dsq_seq_layer *s, int g);
 
@@ -96,6 +104,38 @@ dsq_status dsq_seq_run_pass(dsq_seq_runner *r, int l, int half, const float *in,
  * copies: s->q[id] for every ok linear, hout the layer's output. */
 dsq_status dsq_seq_gptq_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *hin, float *hout,
                               struct dsq_seq_report *rep);
+
+/* ---- MoE layers (calibration/moe.c) ---- */
+
+/* One routed expert under quantization: F32 copies of its linears (gate,
+ * up, down as the description orders them), the rows its statistics come
+ * from, and what the method makes of it. The method quantizes w in place
+ * (dequantized values after) and fills q. */
+typedef struct dsq_seq_expert {
+    dsq_seq_layer *s;
+    dsq_seq_runner *r; /* r->ctx is NULL for methods that look at no data */
+    int e;
+    int id[DSQ_INT_EXPERT_LINEARS];
+    float *w[DSQ_INT_EXPERT_LINEARS];
+    int64_t out[DSQ_INT_EXPERT_LINEARS], in[DSQ_INT_EXPERT_LINEARS];
+    bool ok[DSQ_INT_EXPERT_LINEARS];
+    dsq_intq q[DSQ_INT_EXPERT_LINEARS];
+    bool has_q[DSQ_INT_EXPERT_LINEARS];
+    const float *x; /* [n_tok x dim]: the expert's input rows for statistics (NULL without data) */
+    int64_t n_tok;
+} dsq_seq_expert;
+
+/* "model.layers.N.mlp.experts.E.<proj>" of expert linear k, for messages. */
+void dsq_seq_expert_name(const dsq_seq_expert *x, int k, char *buf, size_t cap);
+/* y = silu(gate x) * up x for the expert's current (quantized) gate and up:
+ * n x ffn; tmp n x ffn floats. */
+dsq_status dsq_seq_expert_act(const dsq_seq_expert *x, const float *in, int64_t n, float *y, float *tmp);
+/* After the method's layer function on an MoE layer: every routed expert,
+ * one at a time (copied, quantized by the method, emitted, freed or kept),
+ * and hout recomputed from hin with every quantized weight. counts receives
+ * the calibration tokens routed to each expert. */
+dsq_status dsq_seq_moe_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *hin, float *hout,
+                             struct dsq_seq_report *rep, dsq_seq_keep *keep, int64_t *counts);
 
 /* ---- the 8-bit methods' shared steps (calibration/w8_layer.c) ---- */
 

@@ -79,14 +79,22 @@ dsq_status dsq_seq_check_groups(const dsq_model *m, const dsq_intq_params *q, bo
     bool seen[DSQ_BLOCK_MAX_LINEARS] = {false};
     for (int64_t l = 0; l < m->arch.n_layers; l++)
         for (int id = 0; id < m->block->n_linears; id++) {
-            const dsq_linear *W = &m->layers[l].lin[id];
-            if (dsq_intq_fits(q, W->in)) continue;
+            const dsq_block_linear *bl = &m->block->linears[id];
+            if (!dsq_block_linear_present(m->block, &m->arch, l, id) || bl->router) continue;
+            int64_t out, in;
+            dsq_block_linear_shape(m->block, &m->arch, id, &out, &in);
+            if (dsq_intq_fits(q, in)) continue;
+            const dsq_linear *W = bl->expert ? &m->layers[l].experts[id][0] : &m->layers[l].lin[id];
             if (!bad++) first_in = W->in;
             if (seen[id]) continue;
             seen[id] = true;
             size_t u = strlen(list);
-            snprintf(list + u, sizeof list - u, "%s%s (in %lld)", u ? ", " : "", m->block->linears[id].hf,
-                     (long long)W->in);
+            char hf[128];
+            /* an expert's path names every expert: "mlp.experts.*.gate_proj" */
+            const char *pct = bl->expert ? strstr(bl->hf, "%d") : NULL;
+            if (pct) snprintf(hf, sizeof hf, "%.*s*%s", (int)(pct - bl->hf), bl->hf, pct + 2);
+            else snprintf(hf, sizeof hf, "%s", bl->hf);
+            snprintf(list + u, sizeof list - u, "%s%s (in %lld)", u ? ", " : "", hf, (long long)W->in);
         }
     if (n_bad) *n_bad = bad;
     if (!bad) return DSQ_OK;
@@ -128,20 +136,24 @@ static dsq_status emit_layer(dsq_seq_layer *s)
     }
     out.k_scale = s->k_scale;
     out.v_scale = s->v_scale;
+    out.router_bias = s->m->layers[s->l].router_bias;
     return s->o->emit(s->o->user, &out);
 }
 
 static dsq_status one_layer(dsq_model *m, int l, const dsq_seq_opts *o, dsq_seq_runner *r, float *hin, float *hout,
-                            dsq_seq_report *rep, dsq_seq_keep *keep)
+                            dsq_seq_report *rep, dsq_seq_keep *keep, int64_t *counts)
 {
     dsq_seq_layer s;
     DSQ_TRY_CTX(dsq_seq_layer_begin(&s, m, l, o), "layer %d", l);
     dsq_status st = o->method->layer(&s, r, hin, hout, rep);
     for (int id = 0; id < s.d->n_linears; id++) {
+        if (!s.present[id] || s.d->linears[id].router) continue;
         if (s.has_q[id] || s.has_q8[id]) rep->n_quantized++;
         else if (st == DSQ_OK) rep->n_skipped++;
     }
     if (st == DSQ_OK) st = emit_layer(&s);
+    if (st == DSQ_OK && dsq_arch_layer_is_moe(&m->arch, l))
+        st = dsq_seq_moe_layer(&s, r, hin, hout, rep, keep, counts);
     if (st != DSQ_OK) st = dsq_fail_context(st, "layer %d", l);
     dsq_status e = dsq_seq_layer_end(&s, st == DSQ_OK ? keep : NULL);
     return st != DSQ_OK ? st : e;
@@ -153,6 +165,9 @@ static dsq_status check_opts(const dsq_model *m, const dsq_calib_set *calib, con
     if (dsq_method_needs_data_for(o->method, o) && (!calib || calib->n_samples <= 0 || !calib->tokens))
         return dsq_fail(DSQ_ERR_ARG, "%s needs calibration samples", o->method->name);
     if (o->method->check) DSQ_TRY(o->method->check(o));
+    if (m->arch.moe.n_routed > 0 && !o->method->expert)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s does not calibrate MoE experts yet (%s: rtn and gptq do)",
+                        o->method->name, m->arch.hf_architecture);
     if (o->q.bits != 2 && o->q.bits != 3 && o->q.bits != 4 && o->q.bits != 8)
         return dsq_fail(DSQ_ERR_ARG, "--w-bit %d: supported widths are 2, 3, 4 and 8", o->q.bits);
     for (int64_t t = 0; calib && t < (int64_t)calib->n_samples * calib->seqlen; t++)
@@ -160,6 +175,30 @@ static dsq_status check_opts(const dsq_model *m, const dsq_calib_set *calib, con
             return dsq_fail(DSQ_ERR_ARG, "calibration token %d outside the vocabulary (%lld)", calib->tokens[t],
                             (long long)m->vocab);
     return dsq_seq_check_groups(m, &o->q, o->skip_indivisible, NULL);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The report's coverage over every MoE layer's experts (counts: nl x E). */
+static void coverage(const dsq_model *m, const dsq_seq_opts *o, int64_t *counts, int nl, dsq_seq_report *rep)
+{
+    int64_t E = m->arch.moe.n_routed, n = 0;
+    int min_tok = o->expert_min_tokens > 0 ? o->expert_min_tokens : DSQ_EXPERT_MIN_TOKENS_DEFAULT;
+    for (int l = 0; l < nl; l++) {
+        if (!dsq_arch_layer_is_moe(&m->arch, l)) continue;
+        memmove(counts + n, counts + (size_t)l * (size_t)E, (size_t)E * sizeof *counts);
+        n += E;
+        rep->moe_layers++;
+    }
+    if (!n) return;
+    qsort(counts, (size_t)n, sizeof *counts, cmp_i64);
+    rep->moe_experts = n;
+    rep->moe_tok_min = counts[0], rep->moe_tok_median = counts[n / 2], rep->moe_tok_max = counts[n - 1];
+    for (int64_t i = 0; i < n; i++) rep->moe_below += counts[i] < min_tok;
 }
 
 dsq_status dsq_seq_quantize(dsq_model *m, const dsq_calib_set *calib, const dsq_seq_opts *o_in, dsq_seq_report *rep,
@@ -204,9 +243,13 @@ dsq_status dsq_seq_quantize(dsq_model *m, const dsq_calib_set *calib, const dsq_
     }
     int nl = (int)m->arch.n_layers;
     if (o.max_layers > 0 && o.max_layers < nl) nl = o.max_layers;
+    /* MoE coverage: tokens per expert of every MoE layer */
+    int64_t E = m->arch.moe.n_routed > 0 ? m->arch.moe.n_routed : 0;
+    int64_t *counts = E ? calloc((size_t)nl * (size_t)E, sizeof *counts) : NULL;
+    if (E && !counts && st == DSQ_OK) st = dsq_fail(DSQ_ERR_NOMEM, "out of memory");
     for (int l = 0; l < nl && st == DSQ_OK; l++) {
         double tl = dsq_now_s();
-        st = one_layer(m, l, &o, &r, ha, hb, rep, keep);
+        st = one_layer(m, l, &o, &r, ha, hb, rep, keep, counts ? counts + (size_t)l * (size_t)E : NULL);
         float *t = ha;
         ha = hb;
         hb = t;
@@ -214,6 +257,8 @@ dsq_status dsq_seq_quantize(dsq_model *m, const dsq_calib_set *calib, const dsq_
         DSQ_LOGI("%s: layer %d/%d done in %.1f s, ETA %.0f s, peak RSS %ld MiB", o.method->name, l + 1, nl,
                  dsq_now_s() - tl, el / (l + 1) * (nl - l - 1), peak_rss_kb() / 1024);
     }
+    if (st == DSQ_OK && counts && calib) coverage(m, &o, counts, nl, rep);
+    free(counts);
     dsq_ctx_free(r.ctx);
     free(ha);
     free(hb);

@@ -44,6 +44,21 @@ typedef dsq_int_layer dsq_seq_layer_out;
 
 typedef dsq_status (*dsq_seq_emit_fn)(void *user, const dsq_seq_layer_out *l);
 
+/* A finished routed expert (MoE layers), emitted after its layer's other linears, in expert order. */
+typedef dsq_int_expert dsq_seq_expert_out;
+typedef dsq_status (*dsq_seq_emit_expert_fn)(void *user, const dsq_seq_expert_out *x);
+
+/* Which calibration tokens give a routed expert its statistics. */
+typedef enum dsq_expert_calib {
+    /* the tokens the router sends it; an expert with fewer than
+     * expert_min_tokens of them takes every token instead (reported) */
+    DSQ_EXPERT_CALIB_ROUTED = 0,
+    /* every token, for statistics only (llm-compressor's moe_calibrate_all_experts) */
+    DSQ_EXPERT_CALIB_ALL,
+} dsq_expert_calib;
+
+#define DSQ_EXPERT_MIN_TOKENS_DEFAULT 32
+
 /* alpha values with a meaning of their own */
 #define DSQ_SQ_ALPHA_FAMILY (-1.0) /* the model family's default (calibration/smooth.h) */
 #define DSQ_SQ_ALPHA_AUTO (-2.0)   /* searched per layer and group on the calibration tokens */
@@ -81,7 +96,11 @@ typedef struct dsq_seq_opts {
     int max_layers;       /* > 0: only layers [0, max_layers) are quantized and emitted (tests, quick looks) */
     bool keep_fake_quant;
     dsq_seq_emit_fn emit; /* may be NULL */
+    dsq_seq_emit_expert_fn emit_expert; /* may be NULL */
     void *user;
+    /* MoE layers (calibration/moe.c): the layer outputs always come from the routed tokens */
+    dsq_expert_calib expert_calib;
+    int expert_min_tokens; /* <= 0: DSQ_EXPERT_MIN_TOKENS_DEFAULT */
 } dsq_seq_opts;
 
 /* Defaults: RTN, 4 bits, group 128, zero point, damp 0.01, AutoAWQ's AWQ options. */
@@ -103,6 +122,10 @@ typedef struct dsq_seq_report {
      * error at the family's alpha and at the chosen ones */
     double sq_err_default, sq_err_best;
     int64_t n_smoothed; /* groups smoothed */
+    /* MoE coverage: calibration tokens routed to each expert of every MoE layer */
+    int64_t moe_layers, moe_experts;
+    int64_t moe_tok_min, moe_tok_median, moe_tok_max;
+    int64_t moe_below; /* experts under expert_min_tokens (ROUTED: they took every token) */
 } dsq_seq_report;
 
 /* Memory the driver leaves in the model with keep_fake_quant; free it after

@@ -185,7 +185,7 @@ dsq_status dsq_seq_w8_final_pass(dsq_seq_layer *s, dsq_seq_runner *r, const floa
     float *amax[DSQ_BLOCK_MAX_GROUPS] = {NULL};
     dsq_status st = DSQ_OK;
     for (int g = 0; stat && g < s->d->n_groups && st == DSQ_OK; g++) {
-        int first = dsq_block_group_first(s->d, g);
+        int first = dsq_seq_group_first(s, g);
         if (first < 0) continue;
         if (!(amax[g] = calloc((size_t)dsq_seq_lin_in(s, first), sizeof(float))))
             st = dsq_fail(DSQ_ERR_NOMEM, "layer %d: out of memory", s->l);
@@ -199,7 +199,7 @@ dsq_status dsq_seq_w8_final_pass(dsq_seq_layer *s, dsq_seq_runner *r, const floa
     }
     if (st == DSQ_OK) st = dsq_seq_run_pass(r, s->l, DSQ_SEQ_WHOLE_LAYER, hin, hout, r->n_samples, &h);
     for (int g = 0; st == DSQ_OK && g < s->d->n_groups; g++)
-        if (amax[g]) set_act_scales(s, g, amax[g], dsq_seq_lin_in(s, dsq_block_group_first(s->d, g)));
+        if (amax[g]) set_act_scales(s, g, amax[g], dsq_seq_lin_in(s, dsq_seq_group_first(s, g)));
     if (st == DSQ_OK && s->o->w8.kv_fp8) {
         s->k_scale = dsq_w8_static_scale(DSQ_W8_FP8, kv.kmax);
         s->v_scale = dsq_w8_static_scale(DSQ_W8_FP8, kv.vmax);

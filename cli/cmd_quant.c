@@ -53,6 +53,13 @@ static const char g_usage[] =
     "  --loss-samples N       awq: windows the scale search's block loss runs on\n"
     "                         (default: all; statistics and clipping use all)\n"
     "  --skip-indivisible     leave linears the group does not divide unquantized\n"
+    "  --expert-calib M       MoE models: routed (default) gives each routed expert the\n"
+    "                         statistics of the tokens routed to it, and every token's\n"
+    "                         when fewer than --expert-min-tokens reach it; all gives\n"
+    "                         every expert every token's (llm-compressor's\n"
+    "                         moe_calibrate_all_experts); layer outputs always follow\n"
+    "                         the router\n"
+    "  --expert-min-tokens N  routed: the fewest tokens an expert calibrates on (32)\n"
     "  --threads T            CPU threads (default: all)\n"
     "  --compute P            calibration arithmetic: bf16 (BF16 products, F32 sums, as\n"
     "                         torch runs a BF16 model), f32, or auto (default: bf16 on\n"
@@ -74,6 +81,7 @@ typedef struct qargs {
     int fmt; /* -1: the method's default */
     int compute; /* -1 auto, 0 f32, 1 bf16 */
     uint64_t seed;
+    int expert_calib, expert_min_tokens;
 } qargs;
 
 static int parse_format(const char *s)
@@ -93,6 +101,9 @@ static int parse_value_opt(int argc, char **argv, int *i, qargs *a)
     } else if (!strcmp(opt, "--format")) {
         if ((a->fmt = parse_format(val)) < 0 || a->fmt > DSQ_INT_FORMAT_CT)
             return fprintf(stderr, "dsquant: error: --format takes awq, gptq or compressed-tensors\n"), 2;
+    } else if (!strcmp(opt, "--expert-calib")) {
+        a->expert_calib = !val ? -1 : !strcmp(val, "routed") ? 0 : !strcmp(val, "all") ? 1 : -1;
+        if (a->expert_calib < 0) return fprintf(stderr, "dsquant: error: --expert-calib takes routed or all\n"), 2;
     } else if (!strcmp(opt, "--compute")) {
         a->compute = !val ? -2 : !strcmp(val, "auto") ? -1 : !strcmp(val, "f32") ? 0 : !strcmp(val, "bf16") ? 1 : -2;
         if (a->compute == -2) return fprintf(stderr, "dsquant: error: --compute takes auto, f32 or bf16\n"), 2;
@@ -117,6 +128,7 @@ static int parse_value_opt(int argc, char **argv, int *i, qargs *a)
         else if (!strcmp(opt, "--threads")) a->threads = (int)v;
         else if (!strcmp(opt, "--eval-ctx")) a->eval_ctx = (int)v;
         else if (!strcmp(opt, "--loss-samples")) a->loss_samples = (int)v;
+        else if (!strcmp(opt, "--expert-min-tokens")) a->expert_min_tokens = (int)v;
         else a->eval_chunks = (int)v;
     }
     (*i)++;
@@ -127,7 +139,8 @@ static bool is_value_opt(const char *o)
 {
     static const char *const names[] = {"-o",     "--output",  "--calib",   "--format",  "--damp",
                                         "--group", "--seed",    "--w-bit",   "--n-samples", "--seqlen",
-                                        "--threads", "--eval-ctx", "--eval-chunks", "--compute", "--loss-samples"};
+                                        "--threads", "--eval-ctx", "--eval-chunks", "--compute", "--loss-samples",
+                                        "--expert-calib", "--expert-min-tokens"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(o, names[i])) return true;
     return false;
@@ -259,6 +272,8 @@ static dsq_status seq_opts(const qargs *a, dsq_seq_opts *o)
     o->awq_loss_samples = a->loss_samples;
     o->bf16 = a->compute == 1 || (a->compute < 0 && dsq_cpu_has_avx512bf16());
     o->keep_fake_quant = a->eval;
+    o->expert_calib = a->expert_calib == 1 ? DSQ_EXPERT_CALIB_ALL : DSQ_EXPERT_CALIB_ROUTED;
+    o->expert_min_tokens = a->expert_min_tokens;
     return DSQ_OK;
 }
 
@@ -293,6 +308,12 @@ static void print_results(const qargs *a, const results *r)
                (long long)r->rep.n_skipped, r->rep.seconds,
                !dsq_method_needs_data(a->method) ? "" : r->rep.bf16 ? " (bf16 passes)" : " (f32 passes)",
                r->rep.peak_rss_kb / 1024);
+        if (r->rep.moe_experts)
+            printf("experts: %lld in %lld MoE layers; calibration tokens per expert min %lld, median %lld, max %lld; "
+                   "%lld under %d\n",
+                   (long long)r->rep.moe_experts, (long long)r->rep.moe_layers, (long long)r->rep.moe_tok_min,
+                   (long long)r->rep.moe_tok_median, (long long)r->rep.moe_tok_max, (long long)r->rep.moe_below,
+                   a->expert_min_tokens > 0 ? a->expert_min_tokens : DSQ_EXPERT_MIN_TOKENS_DEFAULT);
         printf("wrote %s\n", a->out);
         if (a->eval)
             printf("WikiText-2 PPL (hf protocol, ctx %d): base %.4f, quantized %.4f (%s)\n", a->eval_ctx, r->ppl_base,
@@ -320,6 +341,18 @@ static void print_results(const qargs *a, const results *r)
             cJSON_AddItemToArray(st, cJSON_CreateNumber((double)r->calib.starts[i]));
     }
     if (dsq_method_needs_data(a->method)) cJSON_AddStringToObject(o, "compute", r->rep.bf16 ? "bf16" : "f32");
+    if (r->rep.moe_experts) {
+        cJSON *c = cJSON_AddObjectToObject(o, "expert_coverage");
+        cJSON_AddStringToObject(c, "expert_calib", a->expert_calib == 1 ? "all" : "routed");
+        cJSON_AddNumberToObject(c, "min_tokens",
+                                a->expert_min_tokens > 0 ? a->expert_min_tokens : DSQ_EXPERT_MIN_TOKENS_DEFAULT);
+        cJSON_AddNumberToObject(c, "moe_layers", (double)r->rep.moe_layers);
+        cJSON_AddNumberToObject(c, "experts", (double)r->rep.moe_experts);
+        cJSON_AddNumberToObject(c, "tokens_min", (double)r->rep.moe_tok_min);
+        cJSON_AddNumberToObject(c, "tokens_median", (double)r->rep.moe_tok_median);
+        cJSON_AddNumberToObject(c, "tokens_max", (double)r->rep.moe_tok_max);
+        cJSON_AddNumberToObject(c, "experts_below_min", (double)r->rep.moe_below);
+    }
     cJSON_AddNumberToObject(o, "seconds", r->rep.seconds);
     cJSON_AddNumberToObject(o, "peak_rss_mib", (double)r->rep.peak_rss_kb / 1024.0);
     if (a->eval) {

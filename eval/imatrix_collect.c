@@ -27,6 +27,9 @@ dsq_status dsq_imatrix_collector_new(const dsq_model *m, dsq_imatrix_collector *
 {
     *out = NULL;
     DSQ_TRY(dsq_block_require(m->block, &m->arch, DSQ_BLOCK_CAN_CALIBRATE, m->ckpt->path));
+    if (m->arch.moe.n_routed > 0)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: importance matrices of MoE models (%s) are not collected yet",
+                        m->ckpt->path, m->arch.hf_architecture);
     dsq_imatrix_collector *c = calloc(1, sizeof *c);
     int n = (int)m->arch.n_layers, nl = m->block->n_linears;
     if (c) c->e = calloc((size_t)n * (size_t)nl, sizeof *c->e);

@@ -75,7 +75,7 @@ static const dsq_block_linear g_linears[] = {
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-/* Calibration and GGUF are not wired for MLA/MoE yet: the drivers refuse
- * these models by the missing capabilities (dsq_block_require). */
+/* Calibration: the methods with an expert function (calibration/moe.c);
+ * GGUF is not wired for MLA/MoE yet (dsq_block_require refuses it by name). */
 const dsq_block_desc dsq_block_deepseek2 = {"deepseek2", N(g_norms), N(g_linears), N(g_groups), 2, g_norms, g_linears,
-                                            g_groups,    0};
+                                            g_groups,    DSQ_BLOCK_CAN_CALIBRATE};

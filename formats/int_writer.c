@@ -19,6 +19,7 @@
 #include "formats/pack_w8.h"
 #include "formats/pack_w8_config.h"
 #include "formats/safetensors.h"
+#include "formats/block_deepseek.h"
 
 struct dsq_int_writer {
     const dsq_int_source *src;
@@ -30,6 +31,8 @@ struct dsq_int_writer {
     uint16_t *buf16;
     size_t cap16;
     bool warned_partial; /* --partial-blocks said once */
+    int expert_layer, expert_next; /* the expert dsq_int_writer_expert expects next */
+    size_t n_routers;              /* of the skipped modules */
 };
 
 static int n_lin(const dsq_int_writer *w) { return w->src->block->n_linears; }
@@ -130,20 +133,77 @@ static dsq_status add_f16(dsq_int_writer *w, const char *name, int n_dims, int64
     return dsq_st_writer_add(w->st, name, DSQ_TYPE_F16, n_dims, shape);
 }
 
+static dsq_status add_f32(dsq_int_writer *w, const char *name, int n_dims, int64_t d0, int64_t d1)
+{
+    int64_t shape[2] = {d0, d1};
+    return dsq_st_writer_add(w->st, name, DSQ_TYPE_F32, n_dims, shape);
+}
+
+/* The router stays F32 (transformers keeps it there), with its selection bias. */
+static dsq_status plan_router(dsq_int_writer *w, int64_t l, const char *mod, int64_t out, int64_t in)
+{
+    char name[256];
+    snprintf(name, sizeof name, "%s.weight", mod);
+    DSQ_TRY(add_f32(w, name, 2, out, in));
+    if (w->src->arch->moe.topk_method != DSQ_TOPK_NOAUX_TC) return DSQ_OK;
+    snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)l, DSQ_DS_ROUTER_BIAS_HF);
+    return add_f32(w, name, 1, out, 0);
+}
+
+/* "model.layers.L.mlp.experts.E.gate_proj" of expert linear id. */
+static void expert_module(const dsq_int_writer *w, int64_t l, int id, int e, char *buf, size_t cap)
+{
+    char leaf[128];
+    snprintf(leaf, sizeof leaf, w->src->block->linears[id].hf, e);
+    snprintf(buf, cap, "model.layers.%lld.%s", (long long)l, leaf);
+}
+
+static dsq_status plan_linear(dsq_int_writer *w, int64_t l, int id, const char *mod, int64_t out, int64_t in)
+{
+    const dsq_int_source *src = w->src;
+    char name[256];
+    bool q = src->quantized[l * n_lin(w) + id];
+    if (q && w->spec->w8) return plan_w8(w, mod, id, out, in);
+    if (q) return plan_packed(w, mod, out, in);
+    snprintf(name, sizeof name, "%s.weight", mod);
+    return add_f16(w, name, 2, out, in);
+}
+
+/* Every routed expert of an MoE layer, expert by expert (the order they are quantized in). */
+static dsq_status plan_experts(dsq_int_writer *w, int64_t l)
+{
+    const dsq_block_desc *d = w->src->block;
+    char mod[200];
+    for (int e = 0; e < w->src->arch->moe.n_routed; e++)
+        for (int id = 0; id < d->n_linears; id++) {
+            if (!d->linears[id].expert) continue;
+            int64_t out, in;
+            dsq_block_linear_shape(d, w->src->arch, id, &out, &in);
+            expert_module(w, l, id, e, mod, sizeof mod);
+            DSQ_TRY(plan_linear(w, l, id, mod, out, in));
+        }
+    return DSQ_OK;
+}
+
 static dsq_status plan_layer(dsq_int_writer *w, int64_t l)
 {
     const dsq_int_source *src = w->src;
     const dsq_block_desc *d = src->block;
-    int64_t dim = src->arch->hidden_size;
     char name[256], mod[200];
     for (int i = 0; i < d->n_norms; i++) {
+        if (!dsq_block_norm_present(d, src->arch, l, i)) continue;
         snprintf(name, sizeof name, "model.layers.%lld.%s.weight", (long long)l, d->norms[i].hf);
-        DSQ_TRY(add_f16(w, name, 1, dim, 0));
+        DSQ_TRY(add_f16(w, name, 1, dsq_block_norm_dim(d, src->arch, i), 0));
     }
     for (int id = 0; id < d->n_linears; id++) {
+        if (!dsq_block_linear_present(d, src->arch, l, id) || d->linears[id].expert) continue;
         int64_t out, in;
         dsq_block_linear_shape(d, src->arch, id, &out, &in);
         module_name(w, l, id, mod, sizeof mod);
+        if (d->linears[id].router) {
+            DSQ_TRY(plan_router(w, l, mod, out, in));
+            continue;
+        }
         if (src->quantized[l * d->n_linears + id] && w->spec->w8)
             DSQ_TRY(plan_w8(w, mod, id, out, in));
         else if (src->quantized[l * d->n_linears + id])
@@ -157,7 +217,8 @@ static dsq_status plan_layer(dsq_int_writer *w, int64_t l)
             DSQ_TRY(add_f16(w, name, 1, out, 0));
         }
     }
-    return w->spec->w8 && w->spec->kv_fp8 ? plan_kv(w, l) : DSQ_OK;
+    if (w->spec->w8 && w->spec->kv_fp8) DSQ_TRY(plan_kv(w, l));
+    return dsq_arch_layer_is_moe(src->arch, l) ? plan_experts(w, l) : DSQ_OK;
 }
 
 static dsq_status plan_tensors(dsq_int_writer *w)
@@ -406,20 +467,47 @@ static dsq_status w8_of(const dsq_int_writer *w, const dsq_int_layer *l, int id,
     return DSQ_OK;
 }
 
+static dsq_status write_f32(dsq_int_writer *w, const float *x, size_t n)
+{
+    return dsq_st_writer_write(w->st, x, n * sizeof *x);
+}
+
+static dsq_status write_router(dsq_int_writer *w, const dsq_int_layer *l, int id, int64_t out, int64_t in)
+{
+    if (!l->w[id]) return dsq_fail(DSQ_ERR_ARG, "layer %d: the router's weights are missing", l->layer);
+    DSQ_TRY(write_f32(w, l->w[id], (size_t)(out * in)));
+    DSQ_TRY(note_skipped(w, l->layer, id));
+    w->n_routers++;
+    if (w->src->arch->moe.topk_method != DSQ_TOPK_NOAUX_TC) return DSQ_OK;
+    if (!l->router_bias) return dsq_fail(DSQ_ERR_ARG, "layer %d: the router's selection bias is missing", l->layer);
+    return write_f32(w, l->router_bias, (size_t)out);
+}
+
 dsq_status dsq_int_writer_layer(dsq_int_writer *w, const dsq_int_layer *l)
 {
     const dsq_block_desc *d = w->src->block;
+    const dsq_arch *a = w->src->arch;
     if (l->layer < 0 || l->layer >= w->src->arch->n_layers)
         return dsq_fail(DSQ_ERR_ARG, "int writer: layer %d of %lld", l->layer, (long long)w->src->arch->n_layers);
-    for (int i = 0; i < d->n_norms; i++)
-        DSQ_TRY(dsq_int_writer_vector(w, l->norm[i], (size_t)w->src->arch->hidden_size));
+    for (int i = 0; i < d->n_norms; i++) {
+        if (!dsq_block_norm_present(d, a, l->layer, i)) continue;
+        if (!l->norm[i]) return dsq_fail(DSQ_ERR_ARG, "layer %d: norm %s is missing", l->layer, d->norms[i].role);
+        DSQ_TRY(dsq_int_writer_vector(w, l->norm[i], (size_t)dsq_block_norm_dim(d, a, i)));
+    }
+    w->expert_next = 0;
+    w->expert_layer = l->layer;
     for (int id = 0; id < n_lin(w); id++) {
+        if (!dsq_block_linear_present(d, a, l->layer, id) || d->linears[id].expert) continue;
         dsq_permute_kind k = perm_of(w, id);
         int64_t out, in;
         dsq_block_linear_shape(d, w->src->arch, id, &out, &in);
         const dsq_w8q *q8 = NULL;
         char mod[200];
         module_name(w, l->layer, id, mod, sizeof mod);
+        if (d->linears[id].router) {
+            DSQ_TRY(write_router(w, l, id, out, in));
+            continue;
+        }
         if (w->spec->w8) DSQ_TRY(w8_of(w, l, id, mod, &q8));
         if (q8)
             DSQ_TRY(write_w8(w, q8, k, out, in, mod));
@@ -432,6 +520,32 @@ dsq_status dsq_int_writer_layer(dsq_int_writer *w, const dsq_int_layer *l)
         if (l->bias[id]) DSQ_TRY(write_dense(w, l->bias[id], out, 1, k));
     }
     return w->spec->w8 && w->spec->kv_fp8 ? write_kv(w, l) : DSQ_OK;
+}
+
+dsq_status dsq_int_writer_expert(dsq_int_writer *w, const dsq_int_expert *x)
+{
+    const dsq_block_desc *d = w->src->block;
+    if (x->layer != w->expert_layer || x->expert != w->expert_next || !dsq_arch_layer_is_moe(w->src->arch, x->layer))
+        return dsq_fail(DSQ_ERR_ARG, "int writer: expert %d of layer %d out of order (expected expert %d of layer %d)",
+                        x->expert, x->layer, w->expert_next, w->expert_layer);
+    int k = 0;
+    for (int id = 0; id < n_lin(w); id++) {
+        if (!d->linears[id].expert) continue;
+        if (k >= DSQ_INT_EXPERT_LINEARS) return dsq_fail(DSQ_ERR_INTERNAL, "int writer: more than 3 expert linears");
+        int64_t out, in;
+        dsq_block_linear_shape(d, w->src->arch, id, &out, &in);
+        bool planned = w->src->quantized[(int64_t)x->layer * n_lin(w) + id];
+        char mod[200];
+        expert_module(w, x->layer, id, x->expert, mod, sizeof mod);
+        if (planned != (x->q[k] != NULL))
+            return dsq_fail(DSQ_ERR_ARG, "%s: planned %s but emitted %s", mod, planned ? "quantized" : "dense",
+                            x->q[k] ? "quantized" : "dense");
+        if (x->q[k]) DSQ_TRY_CTX(write_packed(w, x->q[k], DSQ_PERMUTE_NONE), "%s", mod);
+        else DSQ_TRY(write_dense(w, x->w[k], out, in, DSQ_PERMUTE_NONE));
+        k++;
+    }
+    w->expert_next++;
+    return DSQ_OK;
 }
 
 /* ---- side files ---- */
@@ -497,7 +611,10 @@ static dsq_status gptq_config(const dsq_int_writer *w, cJSON **out)
         *out = NULL;
         return dsq_fail(DSQ_ERR_NOMEM, "config.json: out of memory for modules_to_not_convert");
     }
-    DSQ_LOGW("%zu linears left unquantized; GPTQ loaders may not honour modules_to_not_convert", w->n_skipped);
+    /* MoE routers are never quantized by any loader (vLLM builds them unquantized) */
+    if (w->n_skipped > w->n_routers)
+        DSQ_LOGW("%zu linears left unquantized; GPTQ loaders may not honour modules_to_not_convert",
+                 w->n_skipped - w->n_routers);
     return DSQ_OK;
 }
 

@@ -3,7 +3,9 @@
  * quantization_config (and quantize_config.json for GPTQ), the tokenizer and
  * generation_config.json. Tensors stream in the order they are planned:
  * embedding, then per layer its norms and linears in the block
- * description's order, final norm, lm_head unless tied; the plan comes from
+ * description's order (those the layer has; an MoE router in F32 with its
+ * selection bias), then an MoE layer's routed experts one by one (gate, up,
+ * down each), final norm, lm_head unless tied; the plan comes from
  * the packers' shape functions, so nothing is packed twice.
  *
  * Use: dsq_int_writer_new (plans and starts the file), dsq_int_writer_rows
@@ -74,7 +76,18 @@ typedef struct dsq_int_layer {
     const float *bias[DSQ_BLOCK_MAX_LINEARS]; /* F32 [out] or NULL */
     const dsq_w8q *q8[DSQ_BLOCK_MAX_LINEARS]; /* 8-bit schemes: used instead of q (NULL: dense) */
     float k_scale, v_scale;                   /* FP8 KV-cache scales (spec kv_fp8), else 0 */
+    const float *router_bias;                 /* MoE noaux_tc: the router's e_score_correction_bias [n_routed] */
 } dsq_int_layer;
+
+/* One finished routed expert of an MoE layer: its expert linears in the
+ * block description's order (gate, up, down), as in dsq_int_layer. */
+#define DSQ_INT_EXPERT_LINEARS 3
+typedef struct dsq_int_expert {
+    int layer, expert;
+    const dsq_intq *q[DSQ_INT_EXPERT_LINEARS];
+    const float *w[DSQ_INT_EXPERT_LINEARS];
+    const dsq_w8q *q8[DSQ_INT_EXPERT_LINEARS];
+} dsq_int_expert;
 
 /* Rows [r0, r0 + nr) of a matrix as F32, nr x cols (the embedding, lm_head). */
 typedef dsq_status (*dsq_int_rows_fn)(void *user, int64_t r0, int64_t nr, float *dst);
@@ -90,6 +103,8 @@ dsq_status dsq_int_writer_rows(dsq_int_writer *w, int64_t rows, int64_t cols, ds
 /* A vector as F16. */
 dsq_status dsq_int_writer_vector(dsq_int_writer *w, const float *x, size_t n);
 dsq_status dsq_int_writer_layer(dsq_int_writer *w, const dsq_int_layer *l);
+/* An MoE layer's routed experts, after its dsq_int_writer_layer, in expert order. */
+dsq_status dsq_int_writer_expert(dsq_int_writer *w, const dsq_int_expert *x);
 /* Closes the tensor files and writes config.json (with quantization_config),
  * quantize_config.json (GPTQ), generation_config.json and the tokenizer
  * files into d's folder. */

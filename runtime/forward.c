@@ -120,6 +120,29 @@ dsq_status dsq_ctx_linear_f32(dsq_ctx *c, int layer, int id, const float *x, flo
     return DSQ_OK;
 }
 
+dsq_status dsq_ctx_matmul_f32(dsq_ctx *c, const dsq_linear *W, const float *x, float *y, int n)
+{
+    dsq_exec ex = c->ex;
+    ex.mode = DSQ_MATMUL_DEFAULT;
+    return c->be->matmul(&ex, W, x, y, n);
+}
+
+void dsq_ctx_rmsnorm(dsq_ctx *c, const float *x, const float *w, float *y, int n, int64_t dim)
+{
+    c->be->rmsnorm(&c->ex, x, w, y, n, dim, (float)c->m->arch.rms_norm_eps);
+}
+
+void dsq_ctx_swiglu(dsq_ctx *c, const float *gate, const float *up, float *out, size_t n)
+{
+    c->be->swiglu(&c->ex, gate, up, out, n);
+}
+
+dsq_status dsq_ctx_moe_route(dsq_ctx *c, const dsq_arch_moe *m, const float *logits, const float *bias, int32_t *idx,
+                             float *wt, int n)
+{
+    return c->be->moe_route(&c->ex, m, logits, bias, idx, wt, n);
+}
+
 dsq_status dsq_ctx_matmul(dsq_ctx *c, const dsq_linear *W, const float *x, float *y, int n)
 {
     return c->be->matmul(&c->ex, W, x, y, n);

@@ -56,6 +56,15 @@ bool dsq_ctx_bf16(const dsq_ctx *c);
 /* y = x W^T + b for any linear, with the context's backend, threads and
  * arithmetic (calibration's own products: losses on modified weights). */
 dsq_status dsq_ctx_matmul(dsq_ctx *c, const dsq_linear *W, const float *x, float *y, int n);
+/* The same in F32 whatever the context's arithmetic (MoE routers). */
+dsq_status dsq_ctx_matmul_f32(dsq_ctx *c, const dsq_linear *W, const float *x, float *y, int n);
+/* The backend's element-wise ops with the context's settings, for drivers
+ * that run part of a block themselves (calibration of MoE experts). */
+void dsq_ctx_rmsnorm(dsq_ctx *c, const float *x, const float *w, float *y, int n, int64_t dim);
+void dsq_ctx_swiglu(dsq_ctx *c, const float *gate, const float *up, float *out, size_t n);
+/* DeepSeek's routing of n tokens from F32 router logits (runtime/cpu/ops.h dsq_cpu_moe_route). */
+dsq_status dsq_ctx_moe_route(dsq_ctx *c, const dsq_arch_moe *m, const float *logits, const float *bias, int32_t *idx,
+                             float *wt, int n);
 /* Either hook may be NULL. */
 void dsq_ctx_set_hooks(dsq_ctx *c, dsq_linear_hook_fn on_linear, dsq_layer_hook_fn on_layer, void *user);
 

@@ -29,10 +29,10 @@ import numpy as np
 VOCAB = 320
 
 
-def _config(kind):
+def _config(kind, vocab):
     import torch  # noqa: F401
     from transformers import DeepseekV2Config, DeepseekV3Config
-    common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+    common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
                   num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=64,
                   qk_rope_head_dim=32, v_head_dim=32, qk_nope_head_dim=16, n_routed_experts=8,
                   num_experts_per_tok=2, first_k_dense_replace=1, max_position_embeddings=512,
@@ -70,12 +70,19 @@ def _redraw(model, seed):
                 b.copy_(0.3 * torch.randn(b.shape, generator=g))
 
 
-def make(folder, kind="v3", seed=0, dtype="float32"):
-    """Builds the model, writes it to folder (config.json, model.safetensors)."""
+def make(folder, kind="v3", seed=0, dtype="float32", tokenizer_from=None):
+    """Builds the model, writes it to folder (config.json, model.safetensors).
+    tokenizer_from: a HF folder whose tokenizer files are copied (the
+    vocabulary then has its size), for commands that tokenize text."""
+    import shutil
     import torch
     from transformers import DeepseekV2ForCausalLM, DeepseekV3ForCausalLM
     torch.manual_seed(seed)
-    cfg = _config(kind)
+    vocab = VOCAB
+    if tokenizer_from:
+        with open(os.path.join(tokenizer_from, "config.json")) as f:
+            vocab = json.load(f)["vocab_size"]
+    cfg = _config(kind, vocab)
     cls = DeepseekV3ForCausalLM if kind == "v3" else DeepseekV2ForCausalLM
     model = cls(cfg).eval()
     _redraw(model, seed)
@@ -91,6 +98,9 @@ def make(folder, kind="v3", seed=0, dtype="float32"):
         saved["num_nextn_predict_layers"] = 0
         with open(os.path.join(folder, "config.json"), "w") as f:
             json.dump(saved, f, indent=2)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if tokenizer_from and os.path.exists(os.path.join(tokenizer_from, name)):
+            shutil.copy(os.path.join(tokenizer_from, name), os.path.join(folder, name))
     return folder
 
 
