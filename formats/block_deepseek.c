@@ -75,7 +75,9 @@ static const dsq_block_linear g_linears[] = {
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-/* Calibration: the methods with an expert function (calibration/moe.c);
- * GGUF is not wired for MLA/MoE yet (dsq_block_require refuses it by name). */
-const dsq_block_desc dsq_block_deepseek2 = {"deepseek2", N(g_norms), N(g_linears), N(g_groups), 2, g_norms, g_linears,
-                                            g_groups,    DSQ_BLOCK_CAN_CALIBRATE};
+/* Calibration: the methods with an expert function (calibration/moe.c).
+ * GGUF: HF -> GGUF (formats/convert.c plans experts and kv_b itself) and
+ * the runtime reading deepseek2 files. */
+const dsq_block_desc dsq_block_deepseek2 = {"deepseek2", N(g_norms), N(g_linears),
+                                            N(g_groups), 2,          g_norms,
+                                            g_linears,   g_groups,   DSQ_BLOCK_CAN_CALIBRATE | DSQ_BLOCK_CAN_GGUF};

@@ -38,5 +38,6 @@ enum {
 /* The router's selection bias (noaux_tc): after "model.layers.N." / "blk.N.". */
 #define DSQ_DS_ROUTER_BIAS_HF "mlp.gate.e_score_correction_bias"
 #define DSQ_DS_ROUTER_BIAS_GGUF "exp_probs_b.bias"
+#define DSQ_DS_ROUTER_BIAS_HF_LEAF "e_score_correction_bias"
 
 #endif

@@ -29,6 +29,7 @@
 #include "formats/safetensors.h"
 #include "quantizers/qtypes.h"
 #include "formats/block.h"
+#include "formats/block_deepseek.h"
 
 #define NAME_CAP 256
 /* Elements per conversion chunk, a multiple of every block size: 8 MB of
@@ -87,7 +88,18 @@ typedef struct plan_item {
     int64_t shape[DSQ_MAX_DIMS];
     uint64_t nbytes; /* output bytes */
     float *generated; /* data of a generated tensor (rope_freqs), owned */
+    /* DeepSeek (HF -> GGUF): an op over sources other than a plain copy */
+    int op;            /* plan_op */
+    uint64_t scale;    /* FP8 source: index of its weight_scale_inv, else UINT64_MAX */
+    uint64_t *srcs;    /* OP_STACK: n_srcs sources (and their scales in srcs_scale), owned */
+    uint64_t *srcs_scale;
+    int64_t n_srcs;
 } plan_item;
+
+/* What an item makes of its sources (DeepSeek): the experts stacked into one
+ * 3-D tensor, kv_b_proj split into llama.cpp's attn_k_b (per head, keys
+ * transposed) and attn_v_b. */
+enum plan_op { OP_PLAIN = 0, OP_STACK, OP_KB, OP_VB };
 
 typedef struct plan {
     size_t n, cap;
@@ -96,7 +108,11 @@ typedef struct plan {
 
 static void plan_free(plan *p)
 {
-    for (size_t i = 0; i < p->n; i++) free(p->items[i].generated);
+    for (size_t i = 0; i < p->n; i++) {
+        free(p->items[i].generated);
+        free(p->items[i].srcs);
+        free(p->items[i].srcs_scale);
+    }
     free(p->items);
     memset(p, 0, sizeof *p);
 }
@@ -108,6 +124,7 @@ static dsq_status plan_push(plan *p, plan_item **out)
     p->items = items;
     *out = &p->items[p->n++];
     memset(*out, 0, sizeof **out);
+    (*out)->scale = UINT64_MAX;
     return DSQ_OK;
 }
 
@@ -164,6 +181,8 @@ typedef struct streamer {
     uint8_t *scratch;  /* permutation scratch, same size */
     uint64_t whole_cap;
     uint64_t bytes_in, bytes_out;
+    const dsq_st_model *st; /* HF -> GGUF: the sources of multi-source items */
+    int fp8_block[2];       /* FP8 sources: rows x cols of a scale block */
 } streamer;
 
 static void streamer_free(streamer *s)
@@ -299,11 +318,16 @@ static dsq_status stream_permuted(streamer *s, const dsq_tensor *src, const plan
     return s->sink(s->w, s->whole, it->nbytes);
 }
 
+static dsq_status ds_stream(streamer *s, const plan_item *it, uint64_t *bad);
+static bool ds_special(const plan_item *it);
+
 static dsq_status stream_one(streamer *s, const dsq_tensor *src, const plan_item *it)
 {
     uint64_t bad = 0;
     dsq_status st;
-    if (it->generated)
+    if (ds_special(it))
+        st = ds_stream(s, it, &bad);
+    else if (it->generated)
         st = s->sink(s->w, it->generated, it->nbytes);
     else if (it->perm != DSQ_PERMUTE_NONE)
         st = stream_permuted(s, src, it, &bad);
@@ -340,7 +364,7 @@ static dsq_status stream_all(streamer *s, const plan *p, const void *src, view_f
     for (size_t i = 0; i < p->n; i++) {
         const plan_item *it = &p->items[i];
         dsq_tensor t = {.name = it->name, .type = DSQ_TYPE_F32};
-        if (!it->generated) DSQ_TRY(view(src, it->src, &t));
+        if (!it->generated && it->op != OP_STACK) DSQ_TRY(view(src, it->src, &t));
         double t1 = dsq_now_s();
         DSQ_TRY(stream_one(s, &t, it));
         uint64_t in_bytes = it->generated ? it->nbytes : t.nbytes;
@@ -359,6 +383,346 @@ static dsq_status view_st(const void *src, uint64_t i, dsq_tensor *out)
     return dsq_st_model_view(src, (size_t)i, out);
 }
 static dsq_status view_gguf(const void *src, uint64_t i, dsq_tensor *out) { return dsq_gguf_tensor(src, i, out); }
+
+/* ---------------------------------------------------------------- DeepSeek */
+
+/* DeepSeek-V2/V3 to GGUF arch deepseek2, after llama.cpp's
+ * conversion/deepseek.py (DeepseekV2Model): routed experts stacked per layer
+ * into ffn_{down,gate,up}_exps [n_expert, out, in]; kv_b_proj split per head
+ * into attn_k_b [H, kv_lora, nope] (the key rows, transposed) and attn_v_b
+ * [H, v_head, kv_lora], attn_kv_b not written (llama.cpp's loader refuses
+ * extra tensors); e_score_correction_bias as exp_probs_b.bias; the router
+ * ffn_gate_inp in F32; MTP layers (index >= num_hidden_layers) skipped; FP8
+ * weights dequantized with their block scales on the way. No rope
+ * permutation: DeepSeek's rope dims are already in interleaved pairs. */
+
+static dsq_type gguf_tensor_type(const char *gguf_name, int n_dims, dsq_type ftype);
+static dsq_status check_vocab_rows(const dsq_arch *a, const char *gguf_name, const plan_item *it, const char *file_name);
+
+static const char *const g_exp_proj[3] = {"down", "gate", "up"}; /* llama.cpp's stacking order */
+
+/* "model.layers.L.mlp.experts.E.<p>_proj.weight" -> L, E, p (index in g_exp_proj). */
+static bool expert_name(const char *name, int64_t *l, int64_t *e, int *proj)
+{
+    long long ll, ee;
+    char p[16];
+    int used = 0;
+    if (sscanf(name, "model.layers.%lld.mlp.experts.%lld.%15[a-z]_proj.weight%n", &ll, &ee, p, &used) != 3 ||
+        name[used] != '\0' || ll < 0 || ee < 0)
+        return false;
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(p, g_exp_proj[i])) {
+            *l = ll, *e = ee, *proj = i;
+            return true;
+        }
+    return false;
+}
+
+/* The layer of "model.layers.L.*", or -1. */
+static int64_t layer_of(const char *name)
+{
+    long long l;
+    int used = 0;
+    if (sscanf(name, "model.layers.%lld.%n", &l, &used) != 1 || used == 0) return -1;
+    return l;
+}
+
+/* An FP8 weight's weight_scale_inv, checked against the weight's shape in blocks. */
+static dsq_status fp8_scale_of(const dsq_st_model *m, const dsq_tensor *t, const int block[2], uint64_t *out)
+{
+    *out = UINT64_MAX;
+    if (t->type != DSQ_TYPE_F8_E4M3) return DSQ_OK;
+    char name[NAME_CAP + 32];
+    size_t n = strlen(t->name);
+    if (t->n_dims != 2 || n < 7 || !ends_with(t->name, ".weight"))
+        return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: FP8 tensors must be 2-D weights", t->name);
+    snprintf(name, sizeof name, "%.*s.weight_scale_inv", (int)(n - 7), t->name);
+    int64_t si = dsq_st_model_find(m, name);
+    if (si < 0) return dsq_fail(DSQ_ERR_FORMAT, "tensor %s is FP8 but %s (its block scales) is missing", t->name, name);
+    dsq_tensor s;
+    DSQ_TRY(dsq_st_model_view(m, (size_t)si, &s));
+    int64_t r = (t->shape[0] + block[0] - 1) / block[0], c = (t->shape[1] + block[1] - 1) / block[1];
+    const dsq_type_info *ti = dsq_type_get((int)s.type);
+    if (!ti || !ti->is_float || s.n_dims != 2 || s.shape[0] != r || s.shape[1] != c)
+        return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: expected float scales of shape [%lld, %lld] for %s in %dx%d blocks",
+                        name, (long long)r, (long long)c, t->name, block[0], block[1]);
+    *out = (uint64_t)si;
+    return DSQ_OK;
+}
+
+static dsq_status ds_item(plan *p, const char *name, dsq_type ftype, int n_dims, const int64_t *shape, plan_item **out)
+{
+    plan_item *it = NULL;
+    DSQ_TRY(plan_push(p, &it));
+    snprintf(it->name, sizeof it->name, "%s", name);
+    it->type = ftype;
+    it->n_dims = n_dims;
+    for (int d = 0; d < n_dims; d++) it->shape[d] = shape[d];
+    uint64_t n;
+    if (!dsq_mul_dims(it->shape, n_dims, &n) || dsq_type_nbytes(it->type, n, &it->nbytes) != DSQ_OK)
+        return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: shape overflows", name);
+    *out = it;
+    return DSQ_OK;
+}
+
+/* kv_b_proj [H (nope + v), kv_lora] -> attn_k_b [H, kv_lora, nope] and attn_v_b [H, v, kv_lora]. */
+static dsq_status plan_kv_b(const dsq_arch *a, int64_t l, const dsq_tensor *t, uint64_t i, uint64_t scale,
+                            dsq_type ftype, plan *p)
+{
+    int64_t H = a->n_heads, N = a->mla.qk_nope_head_dim, D = a->mla.v_head_dim, L = a->mla.kv_lora_rank;
+    if (t->n_dims != 2 || t->shape[0] != H * (N + D) || t->shape[1] != L)
+        return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: expected [%lld, %lld] (heads x (nope + v), kv_lora_rank)", t->name,
+                        (long long)(H * (N + D)), (long long)L);
+    char name[NAME_CAP];
+    plan_item *it = NULL;
+    snprintf(name, sizeof name, "blk.%lld.attn_k_b.weight", (long long)l);
+    DSQ_TRY(ds_item(p, name, ftype, 3, (const int64_t[]){H, L, N}, &it));
+    it->src = i, it->scale = scale, it->src_type = t->type, it->op = OP_KB;
+    snprintf(name, sizeof name, "blk.%lld.attn_v_b.weight", (long long)l);
+    DSQ_TRY(ds_item(p, name, ftype, 3, (const int64_t[]){H, D, L}, &it));
+    it->src = i, it->scale = scale, it->src_type = t->type, it->op = OP_VB;
+    return DSQ_OK;
+}
+
+/* One stacked expert tensor from its n_routed sources (every one required). */
+static dsq_status plan_stack(const dsq_arch *a, const dsq_st_model *m, int64_t l, int proj, const uint64_t *src,
+                             const uint64_t *scale, dsq_type ftype, plan *p)
+{
+    int64_t E = a->moe.n_routed;
+    for (int64_t e = 0; e < E; e++)
+        if (src[e] == UINT64_MAX)
+            return dsq_fail(DSQ_ERR_NOT_FOUND, "tensor model.layers.%lld.mlp.experts.%lld.%s_proj.weight is missing "
+                                               "(expert %lld of %lld)",
+                            (long long)l, (long long)e, g_exp_proj[proj], (long long)e, (long long)E);
+    dsq_tensor t;
+    DSQ_TRY(dsq_st_model_view(m, (size_t)src[0], &t));
+    for (int64_t e = 1; e < E; e++) {
+        dsq_tensor u;
+        DSQ_TRY(dsq_st_model_view(m, (size_t)src[e], &u));
+        if (u.n_dims != 2 || t.n_dims != 2 || u.shape[0] != t.shape[0] || u.shape[1] != t.shape[1] || u.type != t.type)
+            return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: shape or type differs from expert 0's", u.name);
+    }
+    char name[NAME_CAP];
+    snprintf(name, sizeof name, "blk.%lld.ffn_%s_exps.weight", (long long)l, g_exp_proj[proj]);
+    plan_item *it = NULL;
+    DSQ_TRY(ds_item(p, name, ftype, 3, (const int64_t[]){E, t.shape[0], t.shape[1]}, &it));
+    it->op = OP_STACK, it->src_type = t.type, it->n_srcs = E;
+    it->srcs = malloc((size_t)E * sizeof *it->srcs);
+    it->srcs_scale = malloc((size_t)E * sizeof *it->srcs_scale);
+    if (!it->srcs || !it->srcs_scale) return dsq_fail(DSQ_ERR_NOMEM, "out of memory planning %s", name);
+    memcpy(it->srcs, src, (size_t)E * sizeof *src);
+    memcpy(it->srcs_scale, scale, (size_t)E * sizeof *scale);
+    return DSQ_OK;
+}
+
+/* A plain (mapped) tensor, its FP8 scale noted. */
+static dsq_status plan_ds_plain(const dsq_arch *a, const dsq_tensor *t, uint64_t i, uint64_t scale, dsq_type ftype,
+                                plan *p)
+{
+    plan_item *it = NULL;
+    DSQ_TRY(plan_push(p, &it));
+    it->src = i;
+    it->scale = scale;
+    if (ends_with(t->name, "." DSQ_DS_ROUTER_BIAS_HF_LEAF)) {
+        snprintf(it->name, sizeof it->name, "blk.%lld.%s", (long long)layer_of(t->name), DSQ_DS_ROUTER_BIAS_GGUF);
+    } else {
+        DSQ_TRY(dsq_name_hf_to_gguf(a, t->name, it->name, sizeof it->name, &it->perm));
+    }
+    it->type = gguf_tensor_type(it->name, t->n_dims, ftype);
+    it->keep_f32 = gguf_tensor_type(it->name, t->n_dims, DSQ_TYPE_COUNT) == DSQ_TYPE_F32;
+    DSQ_TRY(plan_finish_item(a, it, t));
+    return check_vocab_rows(a, it->name, it, t->name);
+}
+
+typedef struct ds_plan {
+    const dsq_arch *a;
+    const dsq_st_model *m;
+    dsq_type ftype;
+    int block[2];
+    uint64_t *exp, *exp_scale; /* [n_layers x 3 x n_routed] source indices, UINT64_MAX: not seen */
+    int64_t n_mtp;
+} ds_plan;
+
+static dsq_status ds_one(ds_plan *d, uint64_t i, plan *p)
+{
+    const dsq_arch *a = d->a;
+    dsq_tensor t;
+    DSQ_TRY(dsq_st_model_view(d->m, (size_t)i, &t));
+    if (ends_with(t.name, ".weight_scale_inv") || ends_with(t.name, ".rotary_emb.inv_freq")) return DSQ_OK;
+    if (a->tie_word_embeddings && !strcmp(t.name, "lm_head.weight")) return DSQ_OK;
+    int64_t l = layer_of(t.name);
+    if (l >= a->n_layers) { /* multi-token-prediction layers: not run by llama.cpp either */
+        d->n_mtp++;
+        return DSQ_OK;
+    }
+    const dsq_type_info *ti = dsq_type_get((int)t.type);
+    if (!ti || !ti->is_float)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "tensor %s: type %s cannot be converted to GGUF", t.name,
+                        dsq_type_name(t.type));
+    uint64_t scale;
+    DSQ_TRY(fp8_scale_of(d->m, &t, d->block, &scale));
+    int64_t e;
+    int proj;
+    if (expert_name(t.name, &l, &e, &proj)) {
+        if (e >= a->moe.n_routed || !dsq_arch_layer_is_moe(a, l))
+            return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: expert %lld of a model with %lld experts%s", t.name,
+                            (long long)e, (long long)a->moe.n_routed,
+                            dsq_arch_layer_is_moe(a, l) ? "" : " in a dense layer");
+        size_t k = ((size_t)l * 3 + (size_t)proj) * (size_t)a->moe.n_routed + (size_t)e;
+        d->exp[k] = i, d->exp_scale[k] = scale;
+        return DSQ_OK;
+    }
+    if (l >= 0 && ends_with(t.name, ".self_attn.kv_b_proj.weight")) return plan_kv_b(a, l, &t, i, scale, d->ftype, p);
+    return plan_ds_plain(a, &t, i, scale, d->ftype, p);
+}
+
+static dsq_status plan_deepseek(const dsq_arch *a, const dsq_st_model *m, const int block[2], dsq_type ftype, plan *p)
+{
+    ds_plan d = {a, m, ftype, {block[0], block[1]}, NULL, NULL, 0};
+    size_t n = (size_t)a->n_layers * 3 * (size_t)a->moe.n_routed;
+    d.exp = malloc((n ? n : 1) * sizeof *d.exp);
+    d.exp_scale = malloc((n ? n : 1) * sizeof *d.exp_scale);
+    dsq_status st = d.exp && d.exp_scale ? DSQ_OK : dsq_fail(DSQ_ERR_NOMEM, "out of memory planning the experts");
+    for (size_t k = 0; st == DSQ_OK && k < n; k++) d.exp[k] = d.exp_scale[k] = UINT64_MAX;
+    for (size_t i = 0; st == DSQ_OK && i < m->n_tensors; i++) st = ds_one(&d, i, p);
+    for (int64_t l = 0; st == DSQ_OK && l < a->n_layers; l++)
+        for (int proj = 0; st == DSQ_OK && proj < 3 && dsq_arch_layer_is_moe(a, l); proj++) {
+            size_t k = ((size_t)l * 3 + (size_t)proj) * (size_t)a->moe.n_routed;
+            st = plan_stack(a, m, l, proj, d.exp + k, d.exp_scale + k, ftype, p);
+        }
+    if (st == DSQ_OK && d.n_mtp) DSQ_LOGI("skipped %lld tensors of multi-token-prediction layers", (long long)d.n_mtp);
+    free(d.exp);
+    free(d.exp_scale);
+    return st;
+}
+
+/* Rows [r0, r0 + nr) of the 2-D source t as F32 into dst: an FP8 weight
+ * times its block scales sc (F32 product, as DeepSeek's weight_dequant). */
+static dsq_status ds_rows(streamer *s, const dsq_tensor *t, const dsq_tensor *sc, int64_t r0, int64_t nr, float *dst)
+{
+    int64_t cols = t->shape[t->n_dims - 1];
+    if (!sc) {
+        const dsq_type_info *ti = dsq_type_get((int)t->type);
+        const uint8_t *q = (const uint8_t *)t->data + (uint64_t)(r0 * cols) * ti->block_bytes;
+        DSQ_TRY(dsq_convert_row(t->type, q, DSQ_TYPE_F32, dst, (size_t)(nr * cols)));
+        dsq_release_pages(q, (uint64_t)(nr * cols) * ti->block_bytes);
+        return DSQ_OK;
+    }
+    int br = s->fp8_block[0], bc = s->fp8_block[1];
+    int64_t sc_cols = sc->shape[1];
+    size_t ses = dsq_type_get((int)sc->type)->block_bytes;
+    float srow[4096];
+    if (sc_cols > 4096) return dsq_fail(DSQ_ERR_UNSUPPORTED, "tensor %s: more than 4096 scale blocks per row", sc->name);
+    const uint8_t *codes = (const uint8_t *)t->data + r0 * cols;
+    for (int64_t r = 0; r < nr; r++) {
+        if (r == 0 || (r0 + r) % br == 0)
+            DSQ_TRY(dsq_to_f32_row(sc->type, (const uint8_t *)sc->data + (size_t)((r0 + r) / br * sc_cols) * ses, srow,
+                                   (size_t)sc_cols));
+        for (int64_t c = 0; c < cols; c++) dst[r * cols + c] = dsq_e4m3_to_f32(codes[r * cols + c]) * srow[c / bc];
+    }
+    dsq_release_pages(codes, (uint64_t)(nr * cols));
+    return DSQ_OK;
+}
+
+static dsq_status ds_views(streamer *s, uint64_t i, uint64_t si, dsq_tensor *t, dsq_tensor *sc, bool *has_sc)
+{
+    DSQ_TRY(dsq_st_model_view(s->st, (size_t)i, t));
+    *has_sc = si != UINT64_MAX;
+    return *has_sc ? dsq_st_model_view(s->st, (size_t)si, sc) : DSQ_OK;
+}
+
+/* A 2-D source streamed in chunks of rows into type out. */
+static dsq_status ds_stream_rows(streamer *s, uint64_t i, uint64_t si, dsq_type out, uint64_t *bad)
+{
+    dsq_tensor t, sc;
+    bool has_sc;
+    DSQ_TRY(ds_views(s, i, si, &t, &sc, &has_sc));
+    int64_t cols = t.shape[t.n_dims - 1], rows = (int64_t)(dsq_tensor_nelems(&t) / (uint64_t)cols);
+    int64_t step = (int64_t)CHUNK_ELEMS / cols > 0 ? (int64_t)CHUNK_ELEMS / cols : 1;
+    if (cols > (int64_t)CHUNK_ELEMS) return dsq_fail(DSQ_ERR_UNSUPPORTED, "tensor %s: rows too long", t.name);
+    if (!s->f32 && !(s->f32 = malloc((size_t)CHUNK_ELEMS * sizeof(float))))
+        return dsq_fail(DSQ_ERR_NOMEM, "out of memory for conversion buffers");
+    uint32_t oes = dsq_type_get((int)out)->block_bytes;
+    for (int64_t r0 = 0; r0 < rows; r0 += step) {
+        int64_t nr = rows - r0 < step ? rows - r0 : step;
+        DSQ_TRY(ds_rows(s, &t, has_sc ? &sc : NULL, r0, nr, s->f32));
+        DSQ_TRY(dsq_convert_row(DSQ_TYPE_F32, s->f32, out, s->chunk, (size_t)(nr * cols)));
+        *bad += count_nonfinite(out, s->chunk, (uint64_t)(nr * cols));
+        DSQ_TRY(s->sink(s->w, s->chunk, (uint64_t)(nr * cols) * oes));
+    }
+    return DSQ_OK;
+}
+
+/* attn_k_b / attn_v_b of kv_b_proj, as F32 into dst ([H, L, N] or [H, D, L]). */
+static dsq_status ds_kv_b_f32(streamer *s, const plan_item *it, float *dst)
+{
+    dsq_tensor t, sc;
+    bool has_sc;
+    DSQ_TRY(ds_views(s, it->src, it->scale, &t, &sc, &has_sc));
+    int64_t H = s->arch->n_heads, N = s->arch->mla.qk_nope_head_dim, D = s->arch->mla.v_head_dim;
+    int64_t L = s->arch->mla.kv_lora_rank, W = N + D;
+    float *kv = malloc((size_t)(H * W * L) * sizeof *kv);
+    if (!kv) return dsq_fail(DSQ_ERR_NOMEM, "out of memory for %s", t.name);
+    dsq_status st = ds_rows(s, &t, has_sc ? &sc : NULL, 0, H * W, kv);
+    for (int64_t h = 0; st == DSQ_OK && h < H; h++) {
+        const float *kh = kv + h * W * L; /* rows: N keys, then D values, each of L */
+        if (it->op == OP_KB)
+            for (int64_t c = 0; c < L; c++)
+                for (int64_t d = 0; d < N; d++) dst[(h * L + c) * N + d] = kh[d * L + c];
+        else
+            memcpy(dst + h * D * L, kh + N * L, (size_t)(D * L) * sizeof *dst);
+    }
+    free(kv);
+    return st;
+}
+
+static dsq_status ds_stream_kv_b(streamer *s, const plan_item *it, uint64_t *bad)
+{
+    uint64_t n = (uint64_t)(it->shape[0] * it->shape[1] * it->shape[2]);
+    float *f = malloc((size_t)n * sizeof *f);
+    if (!f) return dsq_fail(DSQ_ERR_NOMEM, "out of memory for %s", it->name);
+    dsq_status st = ds_kv_b_f32(s, it, f);
+    uint32_t oes = dsq_type_get((int)it->type)->block_bytes;
+    for (uint64_t off = 0; st == DSQ_OK && off < n; off += CHUNK_ELEMS) {
+        uint64_t len = n - off < CHUNK_ELEMS ? n - off : CHUNK_ELEMS;
+        st = dsq_convert_row(DSQ_TYPE_F32, f + off, it->type, s->chunk, (size_t)len);
+        if (st == DSQ_OK) *bad += count_nonfinite(it->type, s->chunk, len);
+        if (st == DSQ_OK) st = s->sink(s->w, s->chunk, len * oes);
+    }
+    free(f);
+    return st;
+}
+
+/* The items of a DeepSeek plan that are not plain copies or conversions. */
+static bool ds_special(const plan_item *it) { return it->op != OP_PLAIN || it->scale != UINT64_MAX; }
+
+static dsq_status ds_stream(streamer *s, const plan_item *it, uint64_t *bad)
+{
+    switch (it->op) {
+    case OP_STACK:
+        for (int64_t e = 0; e < it->n_srcs; e++) DSQ_TRY(ds_stream_rows(s, it->srcs[e], it->srcs_scale[e], it->type, bad));
+        return DSQ_OK;
+    case OP_KB:
+    case OP_VB: return ds_stream_kv_b(s, it, bad);
+    default: return ds_stream_rows(s, it->src, it->scale, it->type, bad);
+    }
+}
+
+/* The same as F32 into dst, for dsq_hf_source_fetch_f32 (whole tensors). */
+static dsq_status ds_fetch_f32(streamer *s, const plan_item *it, float *dst)
+{
+    if (it->op == OP_KB || it->op == OP_VB) return ds_kv_b_f32(s, it, dst);
+    int64_t n = it->op == OP_STACK ? it->n_srcs : 1;
+    for (int64_t e = 0; e < n; e++) {
+        dsq_tensor t, sc;
+        bool has_sc;
+        DSQ_TRY(ds_views(s, n > 1 || it->op == OP_STACK ? it->srcs[e] : it->src,
+                         it->op == OP_STACK ? it->srcs_scale[e] : it->scale, &t, &sc, &has_sc));
+        int64_t cols = t.shape[t.n_dims - 1], rows = (int64_t)(dsq_tensor_nelems(&t) / (uint64_t)cols);
+        DSQ_TRY(ds_rows(s, &t, has_sc ? &sc : NULL, 0, rows, dst + e * rows * cols));
+    }
+    return DSQ_OK;
+}
 
 /* ---------------------------------------------------------------- HF -> GGUF */
 
@@ -399,6 +763,7 @@ static dsq_status llama3_rope_factors(const dsq_arch *a, plan_item *it)
 static dsq_type gguf_tensor_type(const char *gguf_name, int n_dims, dsq_type ftype)
 {
     if (n_dims <= 1 || ends_with(gguf_name, "_norm.weight") || !ends_with(gguf_name, ".weight")) return DSQ_TYPE_F32;
+    if (strstr(gguf_name, "ffn_gate_inp")) return DSQ_TYPE_F32; /* MoE routers */
     return ftype;
 }
 
@@ -491,6 +856,7 @@ static dsq_status check_hf_dir(const char *in_dir)
 struct dsq_hf_source {
     char *dir;
     dsq_checkpoint *c;
+    int fp8_block[2];
     dsq_type dtype;
     plan p;
     dsq_hf_source_tensor *pub; /* p.n entries, names pointing into p */
@@ -531,7 +897,12 @@ static dsq_status hf_source_init(dsq_hf_source *s, const char *in_dir, dsq_conve
     DSQ_TRY(dsq_checkpoint_require_arch(s->c));
     DSQ_TRY(dsq_block_require(dsq_block_desc_of(&s->c->arch), &s->c->arch, DSQ_BLOCK_CAN_GGUF, in_dir));
     s->dtype = dtype == DSQ_CONVERT_AUTO ? hf_auto_type(s->c->st) : dtype_to_type(dtype);
-    DSQ_TRY(plan_hf_to_gguf(&s->c->arch, s->c->st, s->dtype, &s->p));
+    if (s->c->arch.family == DSQ_ARCH_DEEPSEEK2) {
+        DSQ_TRY(dsq_hf_fp8_block(in_dir, s->fp8_block));
+        DSQ_TRY(plan_deepseek(&s->c->arch, s->c->st, s->fp8_block, s->dtype, &s->p));
+    } else {
+        DSQ_TRY(plan_hf_to_gguf(&s->c->arch, s->c->st, s->dtype, &s->p));
+    }
     return hf_source_publish(s);
 }
 
@@ -568,6 +939,12 @@ dsq_status dsq_hf_source_fetch_f32(dsq_hf_source *s, size_t i, float *dst)
         memcpy(dst, it->generated, (size_t)it->nbytes);
         return DSQ_OK;
     }
+    if (ds_special(it)) {
+        streamer ds = {.arch = &s->c->arch, .to_gguf = true, .st = s->c->st, .fp8_block = {s->fp8_block[0], s->fp8_block[1]}};
+        dsq_status st = ds_fetch_f32(&ds, it, dst);
+        streamer_free(&ds);
+        return st == DSQ_OK ? st : dsq_fail_context(st, "tensor %s", it->name);
+    }
     dsq_tensor t;
     DSQ_TRY(dsq_st_model_view(s->c->st, (size_t)it->src, &t));
     /* Only the permutation's arch and direction are needed: F32 output
@@ -594,6 +971,8 @@ static dsq_status hf_to_gguf_run(dsq_hf_source *src, const char *out_path, bool 
     DSQ_TRY(dsq_gguf_writer_begin(w, out_path, overwrite));
     streamer s;
     DSQ_TRY(streamer_init(&s, a, true, sink_gguf, w));
+    s.st = src->c->st;
+    s.fp8_block[0] = src->fp8_block[0], s.fp8_block[1] = src->fp8_block[1];
     dsq_status st = stream_all(&s, p, src->c->st, view_st);
     streamer_free(&s);
     DSQ_TRY(st);

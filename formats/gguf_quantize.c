@@ -222,10 +222,12 @@ static dsq_status src_open_hf(qsrc *s)
     }
     const dsq_arch *a = dsq_hf_source_arch(s->hf);
     snprintf(s->arch, sizeof s->arch, "%s", dsq_arch_gguf_name(a));
+    bool mla = a->family == DSQ_ARCH_DEEPSEEK2; /* its GGUF: one KV head, n_routed experts */
     s->model = (dsq_mix_model){.arch = s->arch,
                                .n_layer = (int)a->n_layers,
                                .n_head = (int)a->n_heads,
-                               .n_head_kv = (int)a->n_kv_heads};
+                               .n_head_kv = mla ? 1 : (int)a->n_kv_heads,
+                               .n_expert = mla ? (int)a->moe.n_routed : 0};
     s->model.is_70b = dsq_mix_guess_70b(s->arch, s->model.n_layer, s->model.n_head, s->model.n_head_kv, 0);
     return DSQ_OK;
 }

@@ -78,6 +78,25 @@ static dsq_status read_block(const cJSON *qc, int block[2], const char *path)
     return DSQ_OK;
 }
 
+dsq_status dsq_hf_fp8_block(const char *dir, int block[2])
+{
+    block[0] = block[1] = 128;
+    char path[4096];
+    DSQ_TRY(dsq_path_join(path, sizeof path, dir, "config.json"));
+    if (!dsq_exists(path)) return DSQ_OK;
+    char *text = NULL;
+    size_t len = 0;
+    DSQ_TRY(dsq_read_file(path, 16 << 20, &text, &len));
+    dsq_status why;
+    cJSON *root = dsq_json_parse(text, len, NULL, &why);
+    free(text);
+    dsq_status s = cJSON_IsObject(root) ? read_block(cJSON_GetObjectItemCaseSensitive(root, "quantization_config"),
+                                                     block, path)
+                                        : dsq_fail(DSQ_ERR_FORMAT, "%s: not a JSON object", path);
+    cJSON_Delete(root);
+    return s;
+}
+
 static dsq_status edit_config(cast_job *j, const cJSON *root, cJSON *copy, const char *path)
 {
     DSQ_TRY(read_block(cJSON_GetObjectItemCaseSensitive(root, "quantization_config"), j->block, path));

@@ -28,6 +28,10 @@
 #include "core/status.h"
 #include "formats/convert.h"
 
+/* The rows x cols of an FP8 checkpoint's scale blocks: config.json's
+ * quantization_config.weight_block_size, 128 x 128 when it says nothing. */
+dsq_status dsq_hf_fp8_block(const char *dir, int block[2]);
+
 /* dtype AUTO: BF16 for the FP8 weights, everything else as it is. */
 dsq_status dsq_convert_hf_to_hf(const char *in_dir, const char *out_dir, dsq_convert_dtype dtype, bool overwrite,
                                 uint64_t max_shard_bytes);

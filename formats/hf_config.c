@@ -637,7 +637,10 @@ dsq_status dsq_arch_to_hf_json(const dsq_arch *a, char **out_json)
 
 /* ------------------------------------------------------------- GGUF reading */
 
-const char *dsq_arch_gguf_name(const dsq_arch *a) { return a->family == DSQ_ARCH_QWEN2 ? "qwen2" : "llama"; }
+const char *dsq_arch_gguf_name(const dsq_arch *a)
+{
+    return a->family == DSQ_ARCH_QWEN2 ? "qwen2" : a->family == DSQ_ARCH_DEEPSEEK2 ? "deepseek2" : "llama";
+}
 
 typedef struct gkeys {
     const dsq_gguf *g;
@@ -708,9 +711,15 @@ static dsq_status g_family(const dsq_gguf *g, dsq_arch *a)
         a->family = DSQ_ARCH_QWEN2;
         snprintf(a->hf_architecture, sizeof a->hf_architecture, "Qwen2ForCausalLM");
         snprintf(a->model_type, sizeof a->model_type, "qwen2");
+    } else if (!strcmp(name, "deepseek2")) {
+        /* GGUF does not say V2 or V3; V3 when routing is sigmoid (g_deepseek) */
+        a->family = DSQ_ARCH_DEEPSEEK2;
+        snprintf(a->hf_architecture, sizeof a->hf_architecture, "DeepseekV2ForCausalLM");
+        snprintf(a->model_type, sizeof a->model_type, "deepseek_v2");
     } else {
         return dsq_fail(DSQ_ERR_UNSUPPORTED,
-                        "%s: GGUF architecture \"%.64s\" is not supported (supported: llama, qwen2)", g->path, name);
+                        "%s: GGUF architecture \"%.64s\" is not supported (supported: llama, qwen2, deepseek2)", g->path,
+                        name);
     }
     return DSQ_OK;
 }
@@ -731,7 +740,8 @@ static dsq_status g_sizes(const gkeys *k, dsq_arch *a)
     int64_t vdim, rot;
     DSQ_TRY(g_count(k, "attention.value_length", false, a->head_dim, &vdim));
     DSQ_TRY(g_count(k, "rope.dimension_count", false, a->head_dim, &rot));
-    if (vdim != a->head_dim || rot != a->head_dim)
+    /* deepseek2: these are MLA's latent widths (g_deepseek reads its own keys) */
+    if (a->family != DSQ_ARCH_DEEPSEEK2 && (vdim != a->head_dim || rot != a->head_dim))
         return dsq_fail(DSQ_ERR_UNSUPPORTED,
                         "%s: key_length %lld, value_length %lld and rope.dimension_count %lld differ (partial rotary "
                         "or asymmetric heads are not supported)",
@@ -900,6 +910,69 @@ static void g_from_tensors(const dsq_gguf *g, dsq_arch *a)
     snprintf(a->torch_dtype, sizeof a->torch_dtype, "%s", dtype_of_tensor(g, "token_embd.weight"));
 }
 
+static dsq_status g_bool(const gkeys *k, const char *suffix, bool *out)
+{
+    char key[128];
+    key_of(k, suffix, key, sizeof key);
+    const dsq_gguf_value *v = dsq_gguf_get(k->g, key);
+    *out = false;
+    if (!v) return DSQ_OK;
+    if (v->type != DSQ_GGUF_BOOL) return dsq_fail(DSQ_ERR_FORMAT, "%s: %s is not a bool", k->g->path, key);
+    *out = v->v.b;
+    return DSQ_OK;
+}
+
+/* llama.cpp's deepseek2 keys (conversion/deepseek.py, src/models/deepseek2.cpp):
+ * key_length_mla = qk_nope + qk_rope, value_length_mla = v_head_dim,
+ * kv_lora_rank, q_lora_rank (absent: a plain q_proj), rope.dimension_count =
+ * qk_rope; the routing method is not stored: sigmoid gating with the
+ * selection bias is V3's noaux_tc, softmax over groups V2's
+ * group_limited_greedy, else greedy; yarn_log_multiplier is 0.1 x
+ * mscale_all_dim (llama.cpp takes mscale equal to it). */
+static dsq_status g_deepseek(const gkeys *k, dsq_arch *a)
+{
+    dsq_arch_mla *m = &a->mla;
+    dsq_arch_moe *e = &a->moe;
+    int64_t kmla, gating, rot;
+    DSQ_TRY(g_count(k, "attention.q_lora_rank", false, 0, &m->q_lora_rank));
+    DSQ_TRY(g_count(k, "attention.kv_lora_rank", true, 0, &m->kv_lora_rank));
+    DSQ_TRY(g_count(k, "attention.key_length_mla", true, 0, &kmla));
+    DSQ_TRY(g_count(k, "attention.value_length_mla", true, 0, &m->v_head_dim));
+    DSQ_TRY(g_count(k, "rope.dimension_count", true, 0, &rot));
+    if (rot <= 0 || kmla <= rot)
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: deepseek2.attention.key_length_mla %lld must exceed rope.dimension_count %lld",
+                        k->g->path, (long long)kmla, (long long)rot);
+    m->qk_rope_head_dim = rot, m->qk_nope_head_dim = kmla - rot, m->rope_interleave = true;
+    DSQ_TRY(g_count(k, "expert_count", true, 0, &e->n_routed));
+    DSQ_TRY(g_count(k, "expert_used_count", true, 0, &e->top_k));
+    DSQ_TRY(g_count(k, "expert_shared_count", true, 0, &e->n_shared));
+    DSQ_TRY(g_count(k, "expert_feed_forward_length", true, 0, &e->ffn));
+    DSQ_TRY(g_count(k, "leading_dense_block_count", false, 0, &e->first_dense));
+    DSQ_TRY(g_count(k, "expert_group_count", false, 1, &e->n_group));
+    DSQ_TRY(g_count(k, "expert_group_used_count", false, 1, &e->topk_group));
+    DSQ_TRY(g_count(k, "expert_gating_func", false, 1, &gating));
+    DSQ_TRY(g_float(k, "expert_weights_scale", false, 1.0, &e->routed_scaling));
+    DSQ_TRY(g_bool(k, "expert_weights_norm", &e->norm_topk_prob));
+    if (gating != 1 && gating != 2)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: deepseek2.expert_gating_func %lld is not supported (1 softmax, 2 sigmoid)",
+                        k->g->path, (long long)gating);
+    e->layer_freq = 1;
+    e->scoring = gating == 2 ? DSQ_SCORING_SIGMOID : DSQ_SCORING_SOFTMAX;
+    e->topk_method = gating == 2 ? DSQ_TOPK_NOAUX_TC : e->n_group > 1 ? DSQ_TOPK_GROUP_LIMITED : DSQ_TOPK_GREEDY;
+    if (e->routed_scaling == 0) e->routed_scaling = 1.0;
+    if (gating == 2) {
+        snprintf(a->hf_architecture, sizeof a->hf_architecture, "DeepseekV3ForCausalLM");
+        snprintf(a->model_type, sizeof a->model_type, "deepseek_v3");
+    }
+    double logmul = 0;
+    DSQ_TRY(g_float(k, "rope.scaling.yarn_log_multiplier", false, 0, &logmul));
+    if (logmul > 0) m->yarn_mscale = m->yarn_mscale_all_dim = tidy_f32((float)(logmul / 0.1));
+    a->head_dim = kmla;
+    a->has_head_dim = true;
+    a->n_kv_heads = a->n_heads;
+    return DSQ_OK;
+}
+
 dsq_status dsq_arch_from_gguf(const dsq_gguf *g, dsq_arch *out)
 {
     memset(out, 0, sizeof *out);
@@ -907,7 +980,9 @@ dsq_status dsq_arch_from_gguf(const dsq_gguf *g, dsq_arch *out)
     gkeys k = {g, dsq_arch_gguf_name(out)};
     if (st == DSQ_OK) st = g_sizes(&k, out);
     if (st == DSQ_OK) st = g_vocab_size(&k, out);
-    if (st == DSQ_OK && out->head_dim > 0 && out->head_dim % 2 == 0) st = g_rope(&k, out);
+    if (st == DSQ_OK && out->family == DSQ_ARCH_DEEPSEEK2) st = g_deepseek(&k, out);
+    if (st == DSQ_OK && out->head_dim > 0 && (out->head_dim % 2 == 0 || out->family == DSQ_ARCH_DEEPSEEK2))
+        st = g_rope(&k, out);
     if (st == DSQ_OK) st = g_token_id(g, "tokenizer.ggml.bos_token_id", &out->bos_token_id);
     if (st == DSQ_OK) st = g_token_id(g, "tokenizer.ggml.eos_token_id", &out->eos_token_id);
     if (st == DSQ_OK) {
@@ -954,6 +1029,39 @@ static dsq_status w_rope_scaling(dsq_gguf_writer *w, const char *arch, const dsq
     return DSQ_OK;
 }
 
+/* The keys of llama.cpp's DeepseekV2Model.set_gguf_parameters after the
+ * common ones (head_count_kv 1: MLA caches one latent "head"). */
+static dsq_status w_deepseek(dsq_gguf_writer *w, const char *arch, const dsq_arch *a)
+{
+    const dsq_arch_mla *m = &a->mla;
+    const dsq_arch_moe *e = &a->moe;
+    char key[128];
+    DSQ_TRY(w_u32(w, arch, "expert_count", e->n_routed));
+    DSQ_TRY(w_u32(w, arch, "expert_used_count", e->top_k));
+    DSQ_TRY(w_u32(w, arch, "expert_group_count", e->n_group));
+    DSQ_TRY(w_u32(w, arch, "expert_group_used_count", e->topk_group));
+    DSQ_TRY(w_u32(w, arch, "expert_gating_func", e->scoring == DSQ_SCORING_SIGMOID ? 2 : 1));
+    DSQ_TRY(w_u32(w, arch, "leading_dense_block_count", e->first_dense));
+    DSQ_TRY(w_u32(w, arch, "vocab_size", a->vocab_size));
+    if (m->q_lora_rank > 0) DSQ_TRY(w_u32(w, arch, "attention.q_lora_rank", m->q_lora_rank));
+    DSQ_TRY(w_u32(w, arch, "attention.kv_lora_rank", m->kv_lora_rank));
+    DSQ_TRY(w_u32(w, arch, "attention.key_length", m->kv_lora_rank + m->qk_rope_head_dim));
+    DSQ_TRY(w_u32(w, arch, "attention.value_length", m->kv_lora_rank));
+    DSQ_TRY(w_u32(w, arch, "attention.key_length_mla", m->qk_nope_head_dim + m->qk_rope_head_dim));
+    DSQ_TRY(w_u32(w, arch, "attention.value_length_mla", m->v_head_dim));
+    DSQ_TRY(w_u32(w, arch, "expert_feed_forward_length", e->ffn));
+    DSQ_TRY(w_u32(w, arch, "expert_shared_count", e->n_shared));
+    DSQ_TRY(w_f32(w, arch, "expert_weights_scale", e->routed_scaling));
+    if (e->norm_topk_prob) {
+        snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
+        DSQ_TRY(dsq_gguf_set_bool(w, key, true));
+    }
+    DSQ_TRY(w_u32(w, arch, "rope.dimension_count", m->qk_rope_head_dim));
+    if (a->rope_scaling == DSQ_ROPE_SCALING_YARN && m->yarn_mscale_all_dim > 0)
+        DSQ_TRY(w_f32(w, arch, "rope.scaling.yarn_log_multiplier", 0.1 * m->yarn_mscale_all_dim));
+    return DSQ_OK;
+}
+
 dsq_status dsq_arch_to_gguf(const dsq_arch *a, dsq_gguf_writer *w)
 {
     DSQ_TRY(dsq_arch_validate(a, "GGUF metadata"));
@@ -964,16 +1072,18 @@ dsq_status dsq_arch_to_gguf(const dsq_arch *a, dsq_gguf_writer *w)
     DSQ_TRY(w_u32(w, arch, "embedding_length", a->hidden_size));
     DSQ_TRY(w_u32(w, arch, "feed_forward_length", a->intermediate_size));
     DSQ_TRY(w_u32(w, arch, "attention.head_count", a->n_heads));
-    DSQ_TRY(w_u32(w, arch, "attention.head_count_kv", a->n_kv_heads));
+    bool mla = a->family == DSQ_ARCH_DEEPSEEK2;
+    DSQ_TRY(w_u32(w, arch, "attention.head_count_kv", mla ? 1 : a->n_kv_heads));
     DSQ_TRY(w_rope_scaling(w, arch, a));
     DSQ_TRY(w_f32(w, arch, "rope.freq_base", a->rope_theta));
     DSQ_TRY(w_f32(w, arch, "attention.layer_norm_rms_epsilon", a->rms_norm_eps));
     /* The converter writes key/value_length only when config.json names
      * head_dim; a head_dim that differs from hidden/heads needs them anyway. */
-    if (a->has_head_dim || a->head_dim * a->n_heads != a->hidden_size) {
+    if (!mla && (a->has_head_dim || a->head_dim * a->n_heads != a->hidden_size)) {
         DSQ_TRY(w_u32(w, arch, "attention.key_length", a->head_dim));
         DSQ_TRY(w_u32(w, arch, "attention.value_length", a->head_dim));
     }
+    if (a->family == DSQ_ARCH_DEEPSEEK2) return w_deepseek(w, arch, a);
     if (a->family != DSQ_ARCH_LLAMA) return DSQ_OK;
     DSQ_TRY(w_u32(w, arch, "vocab_size", a->vocab_size));
     return w_u32(w, arch, "rope.dimension_count", a->head_dim);

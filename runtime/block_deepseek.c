@@ -237,11 +237,31 @@ static dsq_status attend_expanded(dsq_ctx *c, ds_state *s, int l, int n, int pos
     return be->attention(&c->ex, &sh, s->q, s->kx, s->vx, s->att, n, pos0);
 }
 
+/* Whether layer l has kv_b whole (HF) or only llama.cpp's split k_b / v_b (GGUF). */
+static bool has_kv_b(const dsq_ctx *c, int l) { return c->m->layers[l].lin[DSQ_DS_KV_B].vt != NULL; }
+
+/* GGUF: k_b is wk already, v_b is wv. */
+static dsq_status absorb_split(dsq_ctx *c, ds_state *s, int l)
+{
+    const dsq_layer *L = &c->m->layers[l];
+    float *wk = c->be->alloc((size_t)(s->H * s->L * s->nope)), *wv = c->be->alloc((size_t)(s->H * s->vh * s->L));
+    if (!wk || !wv) {
+        c->be->free(wk);
+        c->be->free(wv);
+        return dsq_fail(DSQ_ERR_NOMEM, "layer %d: out of memory for attn_k_b / attn_v_b", l);
+    }
+    L->k_b.vt->rows_f32(&L->k_b, 0, s->H * s->L, wk);
+    L->v_b.vt->rows_f32(&L->v_b, 0, s->H * s->vh, wv);
+    s->wk[l] = wk, s->wv[l] = wv;
+    return DSQ_OK;
+}
+
 /* kv_b in F32, split per head for the absorbed form: wk[h] = W_k(h)^T
  * [L x nope], wv[h] = W_v(h) [vh x L]. */
 static dsq_status absorb_weights(dsq_ctx *c, ds_state *s, int l)
 {
     if (s->wk[l]) return DSQ_OK;
+    if (!has_kv_b(c, l)) return absorb_split(c, s, l);
     const dsq_linear *W = &c->m->layers[l].lin[DSQ_DS_KV_B];
     int64_t kvw = s->nope + s->vh;
     float *rows = malloc((size_t)(s->H * kvw) * (size_t)s->L * sizeof *rows);
@@ -283,7 +303,8 @@ static dsq_status attend_absorbed(dsq_ctx *c, ds_state *s, int l, int n, int pos
 static dsq_status attention_core(dsq_ctx *c, ds_state *s, int l, const float *xn, int n, int pos0)
 {
     DSQ_TRY(project(c, s, l, xn, n, pos0));
-    if (n <= ABSORB_MAX_ROWS && pos0 > 0) return attend_absorbed(c, s, l, n, pos0);
+    /* a GGUF's split k_b / v_b serve the absorbed form only */
+    if ((n <= ABSORB_MAX_ROWS && pos0 > 0) || !has_kv_b(c, l)) return attend_absorbed(c, s, l, n, pos0);
     return attend_expanded(c, s, l, n, pos0);
 }
 

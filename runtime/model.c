@@ -212,16 +212,82 @@ static dsq_status load_expert(dsq_model *m, const dsq_hfq *qc, int layer, int id
     return linear_from(m, &t, out, in, W);
 }
 
+/* Rows [r0, r0 + rows) of a tensor as a 2-D view of cols columns (a slice of a 3-D GGUF tensor). */
+static dsq_status slice_2d(const dsq_tensor *t, int64_t r0, int64_t rows, int64_t cols, dsq_tensor *out)
+{
+    const dsq_type_info *ti = dsq_type_get((int)t->type);
+    uint64_t n = dsq_tensor_nelems(t);
+    if (!ti || cols % ti->block_elems || (uint64_t)((r0 + rows) * cols) > n)
+        return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: cannot take rows %lld..%lld of %lld columns", t->name,
+                        (long long)r0, (long long)(r0 + rows), (long long)cols);
+    *out = *t;
+    size_t row_bytes = (size_t)(cols / ti->block_elems) * ti->block_bytes;
+    out->data = (const uint8_t *)t->data + (size_t)r0 * row_bytes;
+    out->n_dims = 2, out->shape[0] = rows, out->shape[1] = cols;
+    out->nbytes = (uint64_t)rows * row_bytes;
+    return DSQ_OK;
+}
+
+/* GGUF: expert e of the stacked [n_expert, out, in] tensor. */
+static dsq_status load_expert_gguf(dsq_model *m, const dsq_tensor *stack, int id, int e, dsq_linear *W)
+{
+    int64_t out, in, E = m->arch.moe.n_routed;
+    dsq_block_linear_shape(m->block, &m->arch, id, &out, &in);
+    if (stack->n_dims != 3 || stack->shape[0] != E || stack->shape[1] != out || stack->shape[2] != in)
+        return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: expected shape [%lld, %lld, %lld] (experts x out x in)",
+                        stack->name, (long long)E, (long long)out, (long long)in);
+    dsq_tensor t;
+    DSQ_TRY(slice_2d(stack, (int64_t)e * out, out, in, &t));
+    return linear_from(m, &t, out, in, W);
+}
+
 static dsq_status load_experts(dsq_model *m, const dsq_hfq *qc, int layer, int id)
 {
-    if (m->ckpt->kind != DSQ_CKPT_HF_DIR)
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: routed experts are read from Hugging Face folders only (yet)",
-                        m->ckpt->path);
     int64_t n = m->arch.moe.n_routed;
     dsq_linear *E = calloc((size_t)n, sizeof *E);
     if (!E) return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory for %lld experts", m->ckpt->path, (long long)n);
     m->layers[layer].experts[id] = E;
+    if (m->ckpt->kind == DSQ_CKPT_GGUF) {
+        char name[96];
+        dsq_tensor stack;
+        snprintf(name, sizeof name, "blk.%d.%s.weight", layer, m->block->linears[id].gguf);
+        DSQ_TRY(require(m, name, &stack));
+        for (int e = 0; e < n; e++) DSQ_TRY(load_expert_gguf(m, &stack, id, e, &E[e]));
+        return DSQ_OK;
+    }
     for (int e = 0; e < n; e++) DSQ_TRY(load_expert(m, qc, layer, id, e, &E[e]));
+    return DSQ_OK;
+}
+
+/* llama.cpp's deepseek2 GGUFs hold attn_k_b / attn_v_b instead of attn_kv_b. */
+static bool mla_split(const dsq_model *m, int l)
+{
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.attn_kv_b.weight", l);
+    return m->arch.family == DSQ_ARCH_DEEPSEEK2 && m->ckpt->kind == DSQ_CKPT_GGUF &&
+           dsq_gguf_find_tensor(m->ckpt->gguf, name) < 0;
+}
+
+static dsq_status load_mla_split(dsq_model *m, int l)
+{
+    const dsq_arch *a = &m->arch;
+    int64_t H = a->n_heads, L = a->mla.kv_lora_rank, N = a->mla.qk_nope_head_dim, D = a->mla.v_head_dim;
+    const struct {
+        const char *stem;
+        int64_t d1, d2; /* per head */
+        dsq_linear *W;
+    } parts[2] = {{"attn_k_b", L, N, &m->layers[l].k_b}, {"attn_v_b", D, L, &m->layers[l].v_b}};
+    for (int i = 0; i < 2; i++) {
+        char name[96];
+        dsq_tensor t, v;
+        snprintf(name, sizeof name, "blk.%d.%s.weight", l, parts[i].stem);
+        DSQ_TRY(require(m, name, &t));
+        if (t.n_dims != 3 || t.shape[0] != H || t.shape[1] != parts[i].d1 || t.shape[2] != parts[i].d2)
+            return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: expected shape [%lld, %lld, %lld]", name, (long long)H,
+                            (long long)parts[i].d1, (long long)parts[i].d2);
+        DSQ_TRY(slice_2d(&t, 0, H * parts[i].d1, parts[i].d2, &v));
+        DSQ_TRY(linear_from(m, &v, H * parts[i].d1, parts[i].d2, parts[i].W));
+    }
     return DSQ_OK;
 }
 
@@ -256,10 +322,13 @@ static dsq_status load_layer(dsq_model *m, const dsq_hfq *qc, int l)
         DSQ_TRY(require(m, name, &t));
         DSQ_TRY(f32_vector(m, &t, dsq_block_norm_dim(d, &m->arch, i), &L->norm[i]));
     }
+    bool split = mla_split(m, l);
     for (int i = 0; i < d->n_linears; i++) {
         if (!dsq_block_linear_present(d, &m->arch, l, i)) continue;
+        if (split && i == DSQ_DS_KV_B) continue;
         DSQ_TRY(d->linears[i].expert ? load_experts(m, qc, l, i) : load_linear(m, qc, l, i));
     }
+    if (split) DSQ_TRY(load_mla_split(m, l));
     if (dsq_arch_layer_is_moe(&m->arch, l)) DSQ_TRY(load_router_bias(m, l));
     if (qc->method == DSQ_HFQ_W8 && m->ckpt->kind == DSQ_CKPT_HF_DIR && m->arch.family != DSQ_ARCH_DEEPSEEK2)
         DSQ_TRY(dsq_hfq_load_kv(qc, m->ckpt->st, l, &L->k_scale, &L->v_scale));
@@ -370,6 +439,10 @@ void dsq_model_close(dsq_model *m)
                 for (int64_t e = 0; E && e < m->arch.moe.n_routed; e++) dsq_linear_release(&E[e]);
                 free(E);
             }
+    for (int64_t l = 0; m->layers && l < m->arch.n_layers; l++) {
+        dsq_linear_release(&m->layers[l].k_b);
+        dsq_linear_release(&m->layers[l].v_b);
+    }
     dsq_linear_release(&m->output);
     free(m->layers);
     for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);

@@ -38,6 +38,11 @@ typedef struct dsq_layer {
      * layer does not have (dsq_block_*_present) stay empty / NULL. */
     dsq_linear *experts[DSQ_BLOCK_MAX_LINEARS];
     const float *router_bias;
+    /* MLA from a GGUF file: kv_b_proj comes split as llama.cpp writes it,
+     * attn_k_b [H x kv_lora x nope] and attn_v_b [H x v_head x kv_lora] (as
+     * [H*kv_lora x nope] and [H*v_head x kv_lora] storages); kv_b's lin entry
+     * is then empty and attention runs in the absorbed form */
+    dsq_linear k_b, v_b;
 } dsq_layer;
 
 typedef struct dsq_model {

@@ -29,7 +29,7 @@ import numpy as np
 VOCAB = 320
 
 
-def _config(kind, vocab):
+def _config(kind, vocab, mscale_all_dim=0.8):
     import torch  # noqa: F401
     from transformers import DeepseekV2Config, DeepseekV3Config
     common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
@@ -42,7 +42,7 @@ def _config(kind, vocab):
                                 topk_group=2, norm_topk_prob=True,
                                 rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                                                  "original_max_position_embeddings": 128, "beta_fast": 32.0,
-                                                 "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.8})
+                                                 "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": mscale_all_dim})
     extra = dict(topk_method="greedy", n_group=1, topk_group=1)
     if kind == "v2g":
         extra = dict(topk_method="group_limited_greedy", n_group=2, topk_group=1)
@@ -70,10 +70,12 @@ def _redraw(model, seed):
                 b.copy_(0.3 * torch.randn(b.shape, generator=g))
 
 
-def make(folder, kind="v3", seed=0, dtype="float32", tokenizer_from=None):
+def make(folder, kind="v3", seed=0, dtype="float32", tokenizer_from=None, mscale_all_dim=0.8):
     """Builds the model, writes it to folder (config.json, model.safetensors).
     tokenizer_from: a HF folder whose tokenizer files are copied (the
-    vocabulary then has its size), for commands that tokenize text."""
+    vocabulary then has its size), for commands that tokenize text.
+    mscale_all_dim: V3's yarn value (mscale is 1.0); llama.cpp assumes the
+    two equal (its deepseek2 graph), so its comparisons take 1.0."""
     import shutil
     import torch
     from transformers import DeepseekV2ForCausalLM, DeepseekV3ForCausalLM
@@ -82,7 +84,7 @@ def make(folder, kind="v3", seed=0, dtype="float32", tokenizer_from=None):
     if tokenizer_from:
         with open(os.path.join(tokenizer_from, "config.json")) as f:
             vocab = json.load(f)["vocab_size"]
-    cfg = _config(kind, vocab)
+    cfg = _config(kind, vocab, mscale_all_dim)
     cls = DeepseekV3ForCausalLM if kind == "v3" else DeepseekV2ForCausalLM
     model = cls(cfg).eval()
     _redraw(model, seed)
