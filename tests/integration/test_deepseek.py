@@ -34,6 +34,14 @@ tiny random models (tests/integration/deepseek_tiny.py):
            the GPTQ and compressed-tensors folders of one RTN give the same
            logits; GPTQ's KL divergence from the base beats RTN's on its
            calibration text; --expert-calib all gives other weights than routed.
+  gguf     V3 (yarn mscale = mscale_all_dim, as llama.cpp assumes) to a deepseek2
+           GGUF (F32): llama.cpp 0.3.36 (llama-cpp-python, MLA split era,
+           scripts/setup-llama-mla.sh) loads it and its log-softmax (F32 KV
+           cache) matches transformers' on the HF folder within 1e-3, ours on
+           the GGUF matches llama.cpp's within 1e-3 (prefill and decode); the
+           FP8 release converts straight to the same GGUF as its F32 cast;
+           MTP layers in the folder are skipped (llama.cpp refuses extra
+           tensors, and loads the file).
   refusals an FP8 weight without scales, scales of the wrong shape, an
            unknown topk_method or scoring_func, a missing expert: exit 1, one
            line naming the tensor or field, nothing written; AWQ (no expert
@@ -48,7 +56,7 @@ import subprocess
 import sys
 import tempfile
 
-from dsq_testlib import binary, dsquant, require_fixtures, skip
+from dsq_testlib import binary, dsquant, llama_mla_python, require_fixtures, skip
 
 TOL = 1e-3
 N_TOK = 48
@@ -226,6 +234,62 @@ def st_tensors(folder):
     return t
 
 
+LLAMA_LOGITS = r'''
+import sys, numpy as np, llama_cpp
+path, ids, out = sys.argv[1], [int(x) for x in sys.argv[2].split()], sys.argv[3]
+m = llama_cpp.Llama(model_path=path, n_ctx=256, logits_all=True, verbose=False, n_threads=2, type_k=0, type_v=0)
+m.eval(ids)
+lg = np.array(m.scores[:len(ids)], dtype=np.float64)
+lg -= lg.max(1, keepdims=True)
+lg -= np.log(np.exp(lg).sum(1, keepdims=True))
+lg.astype(np.float32).tofile(out)
+'''
+
+
+def llama_cpp_logits(gguf, work):
+    out = os.path.join(work, "llama.f32")
+    r = subprocess.run([llama_mla_python(), "-c", LLAMA_LOGITS, gguf, " ".join(map(str, IDS)), out],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-6:])
+        check(False, f"llama.cpp 0.3.36 loads {os.path.basename(gguf)}: {tail}")
+        return None
+    return np.fromfile(out, dtype=np.float32).reshape(N_TOK, -1).astype(np.float64)
+
+
+def gguf_case(work):
+    smol = os.path.join(work, "smol")
+    if not os.path.exists(smol):
+        return  # calibration_case said why
+    v3 = dt.make(os.path.join(work, "v3-mla"), "v3", tokenizer_from=smol, mscale_all_dim=1.0)
+    gg = os.path.join(work, "v3-mla.gguf")
+    dsquant("-q", "convert", v3, "-o", gg, "--dtype", "f32")
+    ref = theirs(v3)
+    lc = llama_cpp_logits(gg, work)
+    if lc is None:
+        return
+    d = np.abs(lc - ref).max()
+    check(d <= TOL, f"llama.cpp 0.3.36 on our deepseek2 GGUF vs transformers on the folder: {d:.2e} <= {TOL}")
+    for name, opts in (("prefill", []), ("prefill + decode 16", ["--decode", "16"])):
+        d = np.abs(ours(gg, work, *opts) - lc).max()
+        check(d <= TOL, f"ours on the GGUF ({name}) vs llama.cpp: {d:.2e} <= {TOL}")
+    fp8 = dt.fp8_copy(v3, os.path.join(work, "v3-mla-fp8"), block=(128, 128))
+    direct, cast = os.path.join(work, "direct.gguf"), os.path.join(work, "v3-mla-cast")
+    dsquant("-q", "convert", fp8, "-o", direct, "--dtype", "f32")
+    dsquant("-q", "convert", fp8, "-o", cast, "--dtype", "f32")
+    via = os.path.join(work, "via.gguf")
+    dsquant("-q", "convert", cast, "-o", via, "--dtype", "f32")
+    a, b = ours(direct, work), ours(via, work)
+    check(np.array_equal(a, b), "fp8 -> GGUF directly equals fp8 -> f32 folder -> GGUF")
+    mtp = edited(v3, os.path.join(work, "v3-mla-mtp"),
+                 tensors=lambda t: t.__setitem__("model.layers.3.eh_proj.weight", torch.ones(64, 128)),
+                 config=lambda c: c.__setitem__("num_nextn_predict_layers", 1))
+    gm = os.path.join(work, "mtp.gguf")
+    dsquant("-q", "convert", mtp, "-o", gm, "--dtype", "f32")
+    lm = llama_cpp_logits(gm, work)
+    check(lm is not None and np.abs(lm - lc).max() == 0, "an MTP layer in the folder is skipped; llama.cpp loads it")
+
+
 def kld(base, quant, work):
     j = json.loads(dsquant("-q", "kld", base, quant, "--data", CALIB, "--ctx", "128", "--json"))
     return j["kld"]["value"]
@@ -296,6 +360,7 @@ def main():
         fp8_case(work)
         convert_case(work)
         calibration_case(work)
+        gguf_case(work)
         refusal_cases(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
