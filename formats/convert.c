@@ -99,7 +99,7 @@ typedef struct plan_item {
 /* What an item makes of its sources (DeepSeek): the experts stacked into one
  * 3-D tensor, kv_b_proj split into llama.cpp's attn_k_b (per head, keys
  * transposed) and attn_v_b. */
-enum plan_op { OP_PLAIN = 0, OP_STACK, OP_KB, OP_VB };
+enum plan_op { OP_PLAIN = 0, OP_STACK, OP_KB, OP_VB, OP_UNSTACK, OP_MERGE_KV };
 
 typedef struct plan {
     size_t n, cap;
@@ -182,6 +182,7 @@ typedef struct streamer {
     uint64_t whole_cap;
     uint64_t bytes_in, bytes_out;
     const dsq_st_model *st; /* HF -> GGUF: the sources of multi-source items */
+    const dsq_gguf *g;      /* GGUF -> HF: the same */
     int fp8_block[2];       /* FP8 sources: rows x cols of a scale block */
 } streamer;
 
@@ -364,7 +365,7 @@ static dsq_status stream_all(streamer *s, const plan *p, const void *src, view_f
     for (size_t i = 0; i < p->n; i++) {
         const plan_item *it = &p->items[i];
         dsq_tensor t = {.name = it->name, .type = DSQ_TYPE_F32};
-        if (!it->generated && it->op != OP_STACK) DSQ_TRY(view(src, it->src, &t));
+        if (!it->generated && it->op == OP_PLAIN) DSQ_TRY(view(src, it->src, &t));
         double t1 = dsq_now_s();
         DSQ_TRY(stream_one(s, &t, it));
         uint64_t in_bytes = it->generated ? it->nbytes : t.nbytes;
@@ -696,9 +697,13 @@ static dsq_status ds_stream_kv_b(streamer *s, const plan_item *it, uint64_t *bad
 /* The items of a DeepSeek plan that are not plain copies or conversions. */
 static bool ds_special(const plan_item *it) { return it->op != OP_PLAIN || it->scale != UINT64_MAX; }
 
+static dsq_status gguf_ds_stream(streamer *s, const plan_item *it, uint64_t *bad);
+
 static dsq_status ds_stream(streamer *s, const plan_item *it, uint64_t *bad)
 {
     switch (it->op) {
+    case OP_UNSTACK:
+    case OP_MERGE_KV: return gguf_ds_stream(s, it, bad);
     case OP_STACK:
         for (int64_t e = 0; e < it->n_srcs; e++) DSQ_TRY(ds_stream_rows(s, it->srcs[e], it->srcs_scale[e], it->type, bad));
         return DSQ_OK;
@@ -1021,8 +1026,132 @@ static dsq_type gguf_auto_type(const dsq_gguf *g)
     return DSQ_TYPE_F32;
 }
 
+/* ---- deepseek2 GGUF -> HF: experts unstacked, attn_k_b / attn_v_b merged back into kv_b_proj ---- */
+
+/* n elements of a tensor's data from element off (block-aligned for block types) as F32. */
+static dsq_status to_f32_at(dsq_type t, const void *data, uint64_t off, uint64_t n, float *dst)
+{
+    const dsq_type_info *ti = dsq_type_get((int)t);
+    if (!ti || off % ti->block_elems || n % ti->block_elems)
+        return dsq_fail(DSQ_ERR_FORMAT, "type %s: %llu elements at %llu are not whole blocks", dsq_type_name(t),
+                        (unsigned long long)n, (unsigned long long)off);
+    const uint8_t *p = (const uint8_t *)data + off / ti->block_elems * ti->block_bytes;
+    if (ti->is_float) return dsq_convert_row(t, p, DSQ_TYPE_F32, dst, (size_t)n);
+    return dsq_dequantize(t, p, dst, 1, (int64_t)n);
+}
+
+static dsq_status gguf_ds_item(plan *p, const char *name, dsq_type t, int64_t d0, int64_t d1, plan_item **out)
+{
+    return ds_item(p, name, t, d1 ? 2 : 1, (const int64_t[]){d0, d1}, out);
+}
+
+static dsq_status plan_gguf_ds_one(const dsq_arch *a, const dsq_gguf *g, uint64_t i, dsq_type out_type, plan *p)
+{
+    dsq_tensor t;
+    DSQ_TRY(dsq_gguf_tensor(g, i, &t));
+    char name[NAME_CAP];
+    long long l;
+    int used = 0;
+    char stem[32];
+    plan_item *it = NULL;
+    if (sscanf(t.name, "blk.%lld.ffn_%15[a-z]_exps.weight%n", &l, stem, &used) == 2 && !t.name[used]) {
+        int64_t E = a->moe.n_routed;
+        if (t.n_dims != 3 || t.shape[0] != E)
+            return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: %lld experts stacked, the model has %lld", t.name,
+                            (long long)(t.n_dims == 3 ? t.shape[0] : 0), (long long)E);
+        for (int64_t e = 0; e < E; e++) {
+            snprintf(name, sizeof name, "model.layers.%lld.mlp.experts.%lld.%s_proj.weight", l, (long long)e, stem);
+            DSQ_TRY(gguf_ds_item(p, name, out_type, t.shape[1], t.shape[2], &it));
+            it->op = OP_UNSTACK, it->src = i, it->n_srcs = e, it->src_type = t.type;
+        }
+        return DSQ_OK;
+    }
+    if (sscanf(t.name, "blk.%lld.attn_k_b.weight%n", &l, &used) == 1 && !t.name[used]) {
+        char vb[96];
+        snprintf(vb, sizeof vb, "blk.%lld.attn_v_b.weight", l);
+        int64_t v = dsq_gguf_find_tensor(g, vb);
+        if (v < 0) return dsq_fail(DSQ_ERR_NOT_FOUND, "%s: tensor %s is missing (attn_k_b has no pair)", g->path, vb);
+        int64_t H = a->n_heads, N = a->mla.qk_nope_head_dim, D = a->mla.v_head_dim, L = a->mla.kv_lora_rank;
+        snprintf(name, sizeof name, "model.layers.%lld.self_attn.kv_b_proj.weight", l);
+        DSQ_TRY(gguf_ds_item(p, name, out_type, H * (N + D), L, &it));
+        it->op = OP_MERGE_KV, it->src = i, it->scale = (uint64_t)v, it->src_type = t.type;
+        return DSQ_OK;
+    }
+    if (strstr(t.name, ".attn_v_b.weight")) return DSQ_OK; /* merged with its attn_k_b */
+    DSQ_TRY(plan_push(p, &it));
+    it->src = i;
+    if (ends_with(t.name, "." DSQ_DS_ROUTER_BIAS_GGUF) && sscanf(t.name, "blk.%lld.", &l) == 1)
+        snprintf(it->name, sizeof it->name, "model.layers.%lld.%s", l, DSQ_DS_ROUTER_BIAS_HF);
+    else
+        DSQ_TRY(dsq_name_gguf_to_hf(a, t.name, it->name, sizeof it->name, &it->perm));
+    /* the router stays F32, as transformers keeps it */
+    it->type = strstr(t.name, "ffn_gate_inp") || t.n_dims < 2 ? DSQ_TYPE_F32 : out_type;
+    DSQ_TRY(plan_finish_item(a, it, &t));
+    return check_vocab_rows(a, t.name, it, t.name);
+}
+
+/* Expert n_srcs of a stacked tensor, or kv_b from k_b (src) and v_b (scale), as F32 rows into dst. */
+static dsq_status gguf_ds_f32(streamer *s, const plan_item *it, float *dst)
+{
+    dsq_tensor t;
+    DSQ_TRY(dsq_gguf_tensor(s->g, it->src, &t));
+    if (it->op == OP_UNSTACK) {
+        uint64_t n = (uint64_t)(it->shape[0] * it->shape[1]);
+        return to_f32_at(t.type, t.data, (uint64_t)it->n_srcs * n, n, dst);
+    }
+    dsq_tensor v;
+    DSQ_TRY(dsq_gguf_tensor(s->g, it->scale, &v));
+    const dsq_arch *a = s->arch;
+    int64_t H = a->n_heads, N = a->mla.qk_nope_head_dim, D = a->mla.v_head_dim, L = a->mla.kv_lora_rank;
+    if (t.n_dims != 3 || t.shape[0] != H || t.shape[1] != L || t.shape[2] != N || v.n_dims != 3 || v.shape[0] != H ||
+        v.shape[1] != D || v.shape[2] != L)
+        return dsq_fail(DSQ_ERR_FORMAT, "tensors %s / %s: expected [%lld, %lld, %lld] and [%lld, %lld, %lld]", t.name,
+                        v.name, (long long)H, (long long)L, (long long)N, (long long)H, (long long)D, (long long)L);
+    float *kb = malloc((size_t)(H * L * N) * sizeof *kb), *vb = malloc((size_t)(H * D * L) * sizeof *vb);
+    dsq_status st = kb && vb ? DSQ_OK : dsq_fail(DSQ_ERR_NOMEM, "out of memory for %s", t.name);
+    if (st == DSQ_OK) st = to_f32_at(t.type, t.data, 0, (uint64_t)(H * L * N), kb);
+    if (st == DSQ_OK) st = to_f32_at(v.type, v.data, 0, (uint64_t)(H * D * L), vb);
+    for (int64_t h = 0; st == DSQ_OK && h < H; h++) {
+        float *o = dst + h * (N + D) * L;
+        for (int64_t d = 0; d < N; d++)
+            for (int64_t c = 0; c < L; c++) o[d * L + c] = kb[(h * L + c) * N + d];
+        memcpy(o + N * L, vb + h * D * L, (size_t)(D * L) * sizeof *o);
+    }
+    free(kb);
+    free(vb);
+    return st;
+}
+
+static dsq_status gguf_ds_stream(streamer *s, const plan_item *it, uint64_t *bad)
+{
+    uint64_t n = (uint64_t)(it->shape[0] * it->shape[1]);
+    float *f = malloc((size_t)n * sizeof *f);
+    if (!f) return dsq_fail(DSQ_ERR_NOMEM, "out of memory for %s", it->name);
+    dsq_status st = gguf_ds_f32(s, it, f);
+    uint32_t oes = dsq_type_get((int)it->type)->block_bytes;
+    for (uint64_t off = 0; st == DSQ_OK && off < n; off += CHUNK_ELEMS) {
+        uint64_t len = n - off < CHUNK_ELEMS ? n - off : CHUNK_ELEMS;
+        st = dsq_convert_row(DSQ_TYPE_F32, f + off, it->type, s->chunk, (size_t)len);
+        if (st == DSQ_OK) *bad += count_nonfinite(it->type, s->chunk, len);
+        if (st == DSQ_OK) st = s->sink(s->w, s->chunk, len * oes);
+    }
+    free(f);
+    return st;
+}
+
 static dsq_status plan_gguf_to_hf(const dsq_arch *a, const dsq_gguf *g, dsq_type out_type, plan *p)
 {
+    if (a->family == DSQ_ARCH_DEEPSEEK2) {
+        for (uint64_t i = 0; i < g->n_tensors; i++) {
+            dsq_tensor t;
+            DSQ_TRY(dsq_gguf_tensor(g, i, &t));
+            if (!can_read_type(t.type))
+                return dsq_fail(DSQ_ERR_UNSUPPORTED, "tensor %s: type %s cannot be dequantized yet", t.name,
+                                dsq_type_name(t.type));
+            DSQ_TRY(plan_gguf_ds_one(a, g, i, out_type, p));
+        }
+        return p->n ? DSQ_OK : dsq_fail(DSQ_ERR_FORMAT, "%s: no tensors to convert", g->path);
+    }
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         dsq_tensor t;
         DSQ_TRY(dsq_gguf_tensor(g, i, &t));
@@ -1117,6 +1246,7 @@ static dsq_status gguf_to_hf_weights(const dsq_outdir *d, const dsq_gguf *g, con
     if (st == DSQ_OK) {
         streamer s;
         st = streamer_init(&s, a, false, sink_st, w);
+        s.g = g;
         if (st == DSQ_OK) {
             st = stream_all(&s, p, g, view_gguf);
             streamer_free(&s);

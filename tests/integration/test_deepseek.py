@@ -41,7 +41,12 @@ tiny random models (tests/integration/deepseek_tiny.py):
            the GGUF matches llama.cpp's within 1e-3 (prefill and decode); the
            FP8 release converts straight to the same GGUF as its F32 cast;
            MTP layers in the folder are skipped (llama.cpp refuses extra
-           tensors, and loads the file).
+           tensors, and loads the file); GGUF -> HF gives back every tensor
+           bit for bit (experts unstacked, kv_b from attn_k_b / attn_v_b) and
+           a DeepseekV3 config; `dsquant gguf` Q4_K_M and Q6_K of the BF16
+           GGUF give llama.cpp 0.3.36's llama_model_quantize tensor types and
+           bytes (its newer revision moves general.file_type to the end of the
+           keys; the key set is compared).
   refusals an FP8 weight without scales, scales of the wrong shape, an
            unknown topk_method or scoring_func, a missing expert: exit 1, one
            line naming the tensor or field, nothing written; AWQ (no expert
@@ -288,6 +293,49 @@ def gguf_case(work):
     dsquant("-q", "convert", mtp, "-o", gm, "--dtype", "f32")
     lm = llama_cpp_logits(gm, work)
     check(lm is not None and np.abs(lm - lc).max() == 0, "an MTP layer in the folder is skipped; llama.cpp loads it")
+    back = os.path.join(work, "v3-mla-back")
+    dsquant("-q", "convert", gg, "-o", back, "--dtype", "f32")
+    src, got = load_file(os.path.join(v3, "model.safetensors")), st_tensors(back)
+    bad = [k for k in src if k not in got or not torch.equal(src[k].float(), got[k].float())]
+    with open(os.path.join(back, "config.json")) as f:
+        cfg = json.load(f)
+    check(not bad and set(got) == set(src) and cfg["architectures"] == ["DeepseekV3ForCausalLM"] and
+          cfg["topk_method"] == "noaux_tc" and cfg["n_group"] == 4,
+          f"GGUF -> HF: {len(src)} tensors bit for bit ({len(bad)} differ), DeepseekV3 config")
+    gguf_quant_case(v3, work)
+
+
+LLAMA_QUANTIZE = r'''
+import ctypes, sys, llama_cpp
+inp, out, ftype = sys.argv[1:4]
+llama_cpp.llama_backend_init()
+p = llama_cpp.llama_model_quantize_default_params()
+p.ftype = int(ftype)
+p.nthread = 2
+sys.exit(llama_cpp.llama_model_quantize(inp.encode(), out.encode(), ctypes.byref(p)))
+'''
+
+
+def same_gguf(a, b):
+    from gguf import GGUFReader
+    ra, rb = GGUFReader(a), GGUFReader(b)
+    keys = {f.name for f in ra.fields.values()} == {f.name for f in rb.fields.values()}
+    ta, tb = [(t.name, t.tensor_type, bytes(t.data)) for t in ra.tensors], [(t.name, t.tensor_type, bytes(t.data))
+                                                                          for t in rb.tensors]
+    return keys, sum(x != y for x, y in zip(ta, tb)) + abs(len(ta) - len(tb)), len(ta)
+
+
+def gguf_quant_case(v3, work):
+    bf = os.path.join(work, "v3-mla-bf16.gguf")
+    dsquant("-q", "convert", v3, "-o", bf, "--dtype", "bf16")
+    for mix, ftype in (("Q4_K_M", 15), ("Q6_K", 18)):
+        ref, mine = os.path.join(work, f"ref-{mix}.gguf"), os.path.join(work, f"ours-{mix}.gguf")
+        r = subprocess.run([llama_mla_python(), "-c", LLAMA_QUANTIZE, bf, ref, str(ftype)], capture_output=True,
+                           text=True)
+        dsquant("-q", "gguf", bf, "-o", mine, "--type", mix)
+        keys, bad, n = same_gguf(ref, mine) if r.returncode == 0 else (False, -1, 0)
+        check(keys and bad == 0 and n > 40, f"dsquant gguf {mix} of deepseek2 = llama.cpp 0.3.36's quantizer: "
+                                            f"{n} tensors, {bad} differ in type or bytes, same keys {keys}")
 
 
 def kld(base, quant, work):
