@@ -17,6 +17,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "formats/safetensors.h"
+#include "kernels/fp8.h"
 
 #define SCALE_SUFFIX ".weight_scale_inv"
 #define SIDE_FILE_MAX ((size_t)1 << 30)
@@ -207,18 +208,33 @@ static void progress(cast_job *j, size_t i, double t0, double *last)
              rate > 0 ? (double)(j->total_in - j->done_in) / rate : 0.0);
 }
 
-/* Rows [r0, r0 + nr) of an FP8 weight times its block scales, in the output type. */
-static dsq_status fp8_rows(cast_job *j, const dsq_tensor *w, const float *scales, int64_t r0, int64_t nr, float *f32,
-                           void *out, dsq_type ot)
+static bool has_nan_code(const uint8_t *q, int64_t n)
 {
-    int64_t cols = w->shape[1], sc = ceil_div(cols, j->block[1]);
+    for (int64_t i = 0; i < n; i++)
+        if ((q[i] & 0x7f) == 0x7f) return true;
+    return false;
+}
+
+/* Rows [r0, r0 + nr) of an FP8 weight times its block scales, in the output
+ * type. Block by block: one scale per 128 columns, decoded by the kernel's
+ * row decoder (the table's values times the scale, one F32 rounding). */
+static dsq_status fp8_rows(cast_job *j, const dsq_tensor *w, const float *scales, int64_t r0, int64_t nr,
+                           float *f32, void *out, dsq_type ot)
+{
+    int64_t cols = w->shape[1], sc = ceil_div(cols, j->block[1]), bc = j->block[1];
     const uint8_t *codes = (const uint8_t *)w->data + r0 * cols;
+    const float *table = dsq_fp8_e4m3_table();
     for (int64_t r = 0; r < nr; r++) {
         const float *srow = scales + ((r0 + r) / j->block[0]) * sc;
-        for (int64_t c = 0; c < cols; c++) {
-            float v = dsq_e4m3_to_f32(codes[r * cols + c]) * srow[c / j->block[1]];
-            j->n_nonfinite += !isfinite(v);
-            f32[r * cols + c] = v;
+        for (int64_t c0 = 0; c0 < cols; c0 += bc) {
+            int64_t n = cols - c0 < bc ? cols - c0 : bc;
+            const uint8_t *q = codes + r * cols + c0;
+            float *d = f32 + r * cols + c0, s = srow[c0 / bc];
+            if (!isfinite(s) || has_nan_code(q, n)) { /* carried over as they come, and counted */
+                for (int64_t i = 0; i < n; i++) j->n_nonfinite += !isfinite(d[i] = table[q[i]] * s);
+                continue;
+            }
+            dsq_fp8_decode_row(q, n, s, d);
         }
     }
     return dsq_convert_row(DSQ_TYPE_F32, f32, ot, out, (size_t)(nr * cols));

@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- which format expresses which scheme (common.md's matrix) ---- */
@@ -196,8 +197,23 @@ static dsq_status expect_weight(const dsq_w8_scheme *s, const dsq_tensor *w, int
     return DSQ_OK;
 }
 
+static dsq_status unpack(const dsq_w8_scheme *s, const dsq_tensor *weight, const dsq_tensor *scale,
+                         const dsq_tensor *input_scale, bool view, dsq_w8q *out);
+
 dsq_status dsq_w8_unpack(const dsq_w8_scheme *s, const dsq_tensor *weight, const dsq_tensor *scale,
                          const dsq_tensor *input_scale, dsq_w8q *out)
+{
+    return unpack(s, weight, scale, input_scale, false, out);
+}
+
+dsq_status dsq_w8_unpack_view(const dsq_w8_scheme *s, const dsq_tensor *weight, const dsq_tensor *scale,
+                              const dsq_tensor *input_scale, dsq_w8q *out)
+{
+    return unpack(s, weight, scale, input_scale, true, out);
+}
+
+static dsq_status unpack(const dsq_w8_scheme *s, const dsq_tensor *weight, const dsq_tensor *scale,
+                         const dsq_tensor *input_scale, bool view, dsq_w8q *out)
 {
     memset(out, 0, sizeof *out);
     DSQ_TRY(dsq_w8_scheme_check(s));
@@ -212,8 +228,17 @@ dsq_status dsq_w8_unpack(const dsq_w8_scheme *s, const dsq_tensor *weight, const
         DSQ_TRY(dsq_w8_read_scalar(input_scale, what, &act));
     }
     dsq_w8q q;
-    DSQ_TRY(dsq_w8q_alloc(s, N, K, &q));
-    memcpy(q.codes, weight->data, (size_t)(N * K));
+    if (view) {
+        memset(&q, 0, sizeof q);
+        q.sch = *s, q.rows = N, q.cols = K, q.n_scale_rows = sr, q.n_scale_cols = sc;
+        q.codes = (uint8_t *)(uintptr_t)weight->data; /* read-only: codes_view */
+        q.codes_view = true;
+        if (!(q.scales = malloc((size_t)(sr * sc) * sizeof *q.scales)))
+            return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", tname(scale));
+    } else {
+        DSQ_TRY(dsq_w8q_alloc(s, N, K, &q));
+        memcpy(q.codes, weight->data, (size_t)(N * K));
+    }
     for (int64_t i = 0; i < sr * sc; i++) q.scales[i] = dsq_pack_get_scale(scale->data, i, scale->type);
     q.act_scale = act;
     dsq_status st = DSQ_OK;

@@ -77,6 +77,10 @@ dsq_status dsq_w8_pack(dsq_int_format f, const dsq_w8q *q, dsq_packed *out);
  * input_scale (NULL when absent; required exactly for static activations)
  * into out under scheme s. Shapes, dtypes, finite positive scales and FP8
  * codes are checked; errors name the tensor. */
+/* The same with the codes left in weight's memory (codes_view): the weight
+ * must outlive out. Its pages are read once to check the codes. */
+dsq_status dsq_w8_unpack_view(const dsq_w8_scheme *s, const dsq_tensor *weight, const dsq_tensor *scale,
+                              const dsq_tensor *input_scale, dsq_w8q *out);
 dsq_status dsq_w8_unpack(const dsq_w8_scheme *s, const dsq_tensor *weight, const dsq_tensor *scale,
                          const dsq_tensor *input_scale, dsq_w8q *out);
 

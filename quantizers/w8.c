@@ -88,7 +88,7 @@ void dsq_w8_scale_grid(const dsq_w8_scheme *s, int64_t rows, int64_t cols, int64
 void dsq_w8q_free(dsq_w8q *q)
 {
     if (!q) return;
-    free(q->codes);
+    if (!q->codes_view) free(q->codes);
     free(q->scales);
     memset(q, 0, sizeof *q);
 }

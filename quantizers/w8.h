@@ -85,6 +85,9 @@ typedef struct dsq_w8q {
     float *scales;     /* [n_scale_rows x n_scale_cols] */
     int64_t n_scale_rows, n_scale_cols;
     float act_scale;   /* DSQ_W8_ACT_TENSOR: the static input scale (> 0); else 0 */
+    /* codes point into a checkpoint's mmap (not freed; read-only): a
+     * 671B FP8 model is not copied into memory to be run or quantized */
+    bool codes_view;
 } dsq_w8q;
 
 /* Scale grid of a [rows x cols] weight under s: 1x1, rows x 1, or the tile counts. */

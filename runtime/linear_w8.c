@@ -328,8 +328,17 @@ static const dsq_linear_vtable g_w8_wonly = {"w8",        w8_rows_f32, w8_act_by
 
 static dsq_status copy_q(w8_store *s, const dsq_w8q *q)
 {
-    DSQ_TRY(dsq_w8q_alloc(&q->sch, q->rows, q->cols, &s->q));
-    memcpy(s->q.codes, q->codes, (size_t)(q->rows * q->cols));
+    if (q->codes_view) { /* the codes stay in the checkpoint's mmap */
+        s->q = *q;
+        s->q.scales = malloc((size_t)(q->n_scale_rows * q->n_scale_cols) * sizeof *q->scales);
+        if (!s->q.scales) {
+            s->q.codes = NULL;
+            return dsq_fail(DSQ_ERR_NOMEM, "w8 linear: out of memory");
+        }
+    } else {
+        DSQ_TRY(dsq_w8q_alloc(&q->sch, q->rows, q->cols, &s->q));
+        memcpy(s->q.codes, q->codes, (size_t)(q->rows * q->cols));
+    }
     memcpy(s->q.scales, q->scales, (size_t)(q->n_scale_rows * q->n_scale_cols) * sizeof *q->scales);
     s->q.act_scale = q->act_scale;
     if (q->sch.kind == DSQ_W8_FP8)

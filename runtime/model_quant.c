@@ -542,7 +542,16 @@ static const char *marker(dsq_hfq_method m) { return m == DSQ_HFQ_CT ? "weight_p
 
 static bool eight_bit(dsq_type t) { return t == DSQ_TYPE_I8 || t == DSQ_TYPE_F8_E4M3; }
 
+static dsq_status read_w8(const dsq_hfq *q, const dsq_st_model *st, const char *module, bool view, dsq_w8q *out,
+                          bool *found);
+
 dsq_status dsq_hfq_read_w8(const dsq_hfq *q, const dsq_st_model *st, const char *module, dsq_w8q *out, bool *found)
+{
+    return read_w8(q, st, module, false, out, found);
+}
+
+static dsq_status read_w8(const dsq_hfq *q, const dsq_st_model *st, const char *module, bool view, dsq_w8q *out,
+                          bool *found)
 {
     memset(out, 0, sizeof *out);
     *found = false;
@@ -563,7 +572,9 @@ dsq_status dsq_hfq_read_w8(const dsq_hfq *q, const dsq_st_model *st, const char 
         return dsq_fail(DSQ_ERR_NOT_FOUND, "%s: tensor %s.%s is missing (the 8-bit weight's scales)",
                         q->dir ? q->dir : "?", module, ss);
     DSQ_TRY(part(st, module, "input_scale", &in, &has_in));
-    dsq_status s = dsq_w8_unpack(&q->w8, &w, &sc, has_in ? &in : NULL, out);
+    dsq_status s = view ? dsq_w8_unpack_view(&q->w8, &w, &sc, has_in ? &in : NULL, out)
+                        : dsq_w8_unpack(&q->w8, &w, &sc, has_in ? &in : NULL, out);
+    if (view) dsq_release_pages(w.data, w.nbytes); /* read once for the checks; the forward reads them again */
     if (s != DSQ_OK) return dsq_fail_context(s, "%s", q->dir ? q->dir : "?");
     *found = true;
     return DSQ_OK;
@@ -573,7 +584,7 @@ static dsq_status load_w8(const dsq_hfq *q, const dsq_st_model *st, const char *
                           dsq_linear *W, bool *loaded)
 {
     dsq_w8q w8;
-    DSQ_TRY(dsq_hfq_read_w8(q, st, module, &w8, loaded));
+    DSQ_TRY(read_w8(q, st, module, true, &w8, loaded));
     if (!*loaded) return DSQ_OK;
     dsq_status s = DSQ_OK;
     if (w8.rows != out || w8.cols != in)
