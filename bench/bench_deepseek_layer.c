@@ -194,6 +194,7 @@ static void stage_convert(const char *in, const char *out)
 
 static void stage_gptq(const char *in, const char *out, int tokens)
 {
+    if (getenv("DSQ_BENCH_DEBUG")) dsq_log_set_level(DSQ_LOG_DEBUG);
     dsq_model *m;
     if (dsq_model_open(in, &m) != DSQ_OK) die(in);
     dsq_calib_set c = {0};

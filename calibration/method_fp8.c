@@ -17,6 +17,16 @@ static dsq_status fp8_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *hi
     return r->ctx ? dsq_seq_w8_final_pass(s, r, hin, hout) : DSQ_OK;
 }
 
+/* A routed expert under a scheme that takes no data (dynamic, block, weight-only). */
+static dsq_status fp8_expert(dsq_seq_expert *x, dsq_seq_report *rep)
+{
+    (void)rep;
+    if (x->s->o->w8.scheme.act == DSQ_W8_ACT_TENSOR || x->s->o->w8.kv_fp8)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "fp8: static activation and KV-cache scales of MoE/MLA models are not "
+                                             "collected yet (dynamic, block and weight-only schemes are)");
+    return dsq_seq_w8_expert_rtn(x);
+}
+
 static unsigned fp8_stats(const dsq_seq_opts *o)
 {
     return o->w8.scheme.act == DSQ_W8_ACT_TENSOR || o->w8.kv_fp8 ? DSQ_STAT_MAX_ABS : 0;
@@ -37,4 +47,4 @@ static dsq_status fp8_check(const dsq_seq_opts *o)
 }
 
 const dsq_method dsq_method_fp8 = {
-    "fp8", DSQ_STAT_MAX_ABS, DSQ_INT_FORMAT_CT, 512, fp8_check, fp8_layer, fp8_stats, NULL};
+    "fp8", DSQ_STAT_MAX_ABS, DSQ_INT_FORMAT_CT, 512, fp8_check, fp8_layer, fp8_stats, fp8_expert};

@@ -64,6 +64,7 @@ static void expert_free(dsq_seq_expert *x)
         free(x->w[k]);
         x->w[k] = NULL;
         dsq_intq_free(&x->q[k]);
+        dsq_w8q_free(&x->q8[k]);
     }
 }
 
@@ -96,6 +97,7 @@ static dsq_status expert_emit(const dsq_seq_expert *x)
     out.layer = x->s->l, out.expert = x->e;
     for (int k = 0; k < DSQ_INT_EXPERT_LINEARS; k++) {
         out.q[k] = x->has_q[k] ? &x->q[k] : NULL;
+        out.q8[k] = x->has_q8[k] ? &x->q8[k] : NULL;
         out.w[k] = x->w[k];
     }
     return x->s->o->emit_expert(x->s->o->user, &out);
@@ -133,7 +135,7 @@ static dsq_status expert_end(dsq_seq_expert *x, dsq_seq_keep *keep)
 static dsq_status count_quantized(const dsq_seq_expert *x, dsq_seq_report *rep)
 {
     for (int k = 0; k < DSQ_INT_EXPERT_LINEARS; k++) {
-        if (x->has_q[k])
+        if (x->has_q[k] || x->has_q8[k])
             rep->n_quantized++;
         else
             rep->n_skipped++;

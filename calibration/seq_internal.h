@@ -121,6 +121,8 @@ typedef struct dsq_seq_expert {
     bool ok[DSQ_INT_EXPERT_LINEARS];
     dsq_intq q[DSQ_INT_EXPERT_LINEARS];
     bool has_q[DSQ_INT_EXPERT_LINEARS];
+    dsq_w8q q8[DSQ_INT_EXPERT_LINEARS]; /* the 8-bit methods' weights (has_q8) */
+    bool has_q8[DSQ_INT_EXPERT_LINEARS];
     const float *x; /* [n_tok x dim]: the expert's input rows for statistics (NULL without data) */
     int64_t n_tok;
 } dsq_seq_expert;
@@ -141,6 +143,8 @@ dsq_status dsq_seq_moe_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *h
 
 /* Every weight, bias and norm of the copies finite, else an error naming the tensor. */
 dsq_status dsq_seq_w8_check_finite(const dsq_seq_layer *s);
+/* The same for each linear of a routed expert (finite checks first). */
+dsq_status dsq_seq_w8_expert_rtn(dsq_seq_expert *x);
 /* s->w[id] -> s->q8[id] under the method's scheme by RTN, then w = its dequantized value. */
 dsq_status dsq_seq_w8_rtn(dsq_seq_layer *s, int id);
 /* GPTQ's 8-bit symmetric per-channel codes s->q[id] as the INT8 weight s->q8[id]. */

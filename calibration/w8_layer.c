@@ -3,6 +3,7 @@
  * weight, and the last pass over a finished layer that gives the next
  * layer's input together with static input scales and FP8 KV-cache scales. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,11 +27,27 @@ static dsq_status finite_vec(const float *v, int64_t n, int64_t cols, const char
 dsq_status dsq_seq_w8_check_finite(const dsq_seq_layer *s)
 {
     for (int i = 0; i < s->d->n_norms; i++)
-        DSQ_TRY(finite_vec(s->norm[i], s->m->dim, 0, "weight", s->l, s->d->norms[i].hf));
+        DSQ_TRY(finite_vec(s->norm[i], dsq_block_norm_dim(s->d, &s->m->arch, i), 0, "weight", s->l,
+                           s->d->norms[i].hf));
     for (int id = 0; id < s->d->n_linears; id++) {
+        if (!s->present[id]) continue;
         int64_t out = dsq_seq_lin_out(s, id), in = dsq_seq_lin_in(s, id);
         DSQ_TRY(finite_vec(s->w[id], out * in, in, "weight", s->l, s->d->linears[id].hf));
         DSQ_TRY(finite_vec(s->bias[id], out, 0, "bias", s->l, s->d->linears[id].hf));
+    }
+    return DSQ_OK;
+}
+
+dsq_status dsq_seq_w8_expert_rtn(dsq_seq_expert *x)
+{
+    for (int k = 0; k < DSQ_INT_EXPERT_LINEARS; k++) {
+        char name[192], leaf[128];
+        dsq_seq_expert_name(x, k, name, sizeof name);
+        snprintf(leaf, sizeof leaf, x->s->d->linears[x->id[k]].hf, x->e);
+        DSQ_TRY(finite_vec(x->w[k], x->out[k] * x->in[k], x->in[k], "weight", x->s->l, leaf));
+        DSQ_TRY(dsq_w8q_quantize(x->w[k], x->out[k], x->in[k], &x->s->o->w8.scheme, name, &x->q8[k]));
+        x->has_q8[k] = true;
+        DSQ_TRY(dsq_w8q_dequantize(&x->q8[k], x->w[k]));
     }
     return DSQ_OK;
 }

@@ -535,12 +535,14 @@ dsq_status dsq_int_writer_expert(dsq_int_writer *w, const dsq_int_expert *x)
         int64_t out, in;
         dsq_block_linear_shape(d, w->src->arch, id, &out, &in);
         bool planned = w->src->quantized[(int64_t)x->layer * n_lin(w) + id];
+        bool has = w->spec->w8 ? x->q8[k] != NULL : x->q[k] != NULL;
         char mod[200];
         expert_module(w, x->layer, id, x->expert, mod, sizeof mod);
-        if (planned != (x->q[k] != NULL))
+        if (planned != has)
             return dsq_fail(DSQ_ERR_ARG, "%s: planned %s but emitted %s", mod, planned ? "quantized" : "dense",
-                            x->q[k] ? "quantized" : "dense");
-        if (x->q[k]) DSQ_TRY_CTX(write_packed(w, x->q[k], DSQ_PERMUTE_NONE), "%s", mod);
+                            has ? "quantized" : "dense");
+        if (has && w->spec->w8) DSQ_TRY(write_w8(w, x->q8[k], DSQ_PERMUTE_NONE, out, in, mod));
+        else if (has) DSQ_TRY_CTX(write_packed(w, x->q[k], DSQ_PERMUTE_NONE), "%s", mod);
         else DSQ_TRY(write_dense(w, x->w[k], out, in, DSQ_PERMUTE_NONE));
         k++;
     }

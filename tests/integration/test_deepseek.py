@@ -33,7 +33,9 @@ tiny random models (tests/integration/deepseek_tiny.py):
            experts in float16 parameters) within 0.05 of our runtime on it;
            the GPTQ and compressed-tensors folders of one RTN give the same
            logits; GPTQ's KL divergence from the base beats RTN's on its
-           calibration text; --expert-calib all gives other weights than routed.
+           calibration text; --expert-calib all gives other weights than routed;
+           FP8 dynamic puts every expert in FP8 and transformers reads the
+           folder as our runtime does (weight-only, within 1e-3).
   gguf     V3 (yarn mscale = mscale_all_dim, as llama.cpp assumes) to a deepseek2
            GGUF (F32): llama.cpp 0.3.36 (llama-cpp-python, MLA split era,
            scripts/setup-llama-mla.sh) loads it and its log-softmax (F32 KV
@@ -293,6 +295,16 @@ def gguf_case(work):
     dsquant("-q", "convert", mtp, "-o", gm, "--dtype", "f32")
     lm = llama_cpp_logits(gm, work)
     check(lm is not None and np.abs(lm - lc).max() == 0, "an MTP layer in the folder is skipped; llama.cpp loads it")
+    bad = os.path.join(work, "bad-count.gguf")  # 16 experts claimed, 8 stacked
+    shutil.copy(gg, bad)
+    r = subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_set_metadata", bad, "deepseek2.expert_count", "16",
+                        "--force"], capture_output=True, text=True)
+    rc1, e1 = fails("logits", bad, "--tokens", "1 2 3", "-o", os.path.join(work, "x.f32"))
+    out = os.path.join(work, "bad-count-hf")
+    rc2, e2 = fails("convert", bad, "-o", out)
+    check(r.returncode == 0 and rc1 == 1 and "blk.1.ffn_" in e1 and "_exps.weight" in e1 and rc2 == 1 and
+          "experts stacked, the model has 16" in e2 and not os.path.exists(out),
+          f"a GGUF whose experts disagree with expert_count: {e1.strip()} / {e2.strip()}")
     back = os.path.join(work, "v3-mla-back")
     dsquant("-q", "convert", gg, "-o", back, "--dtype", "f32")
     src, got = load_file(os.path.join(v3, "model.safetensors")), st_tensors(back)
@@ -392,6 +404,18 @@ def calibration_case(work):
     check(d <= 0.05, f"transformers loads the gptq compressed-tensors folder: {d:.2e} <= 0.05 from ours")
     k_rtn, k_gptq = kld(v3, runs["rtn-ct"]["dir"], work), kld(v3, runs["gptq-ct"]["dir"], work)
     check(k_gptq < k_rtn, f"KL divergence from the base on the calibration text: gptq {k_gptq:.4f} < rtn {k_rtn:.4f}")
+    fp8 = os.path.join(work, "fp8-dyn")
+    j8 = json.loads(dsquant("-q", "fp8", v3, "-o", fp8, "--json"))
+    t8 = st_tensors(fp8)
+    experts8 = all(t8[f"model.layers.{l}.mlp.experts.{e}.{p}.weight"].dtype == torch.float8_e4m3fn
+                   for l in (1, 2) for e in range(8) for p in ("gate_proj", "up_proj", "down_proj"))
+    m8 = AutoModelForCausalLM.from_pretrained(fp8, dtype=torch.float32, local_files_only=True,
+                                              quantization_config=CompressedTensorsConfig(dequantize=True)).eval()
+    with torch.no_grad():
+        ref8 = torch.log_softmax(m8(torch.tensor([IDS])).logits[0].double(), -1).numpy()
+    d = np.abs(ours(fp8, work, "--w8-weight-only") - ref8).max()
+    check(j8["n_quantized"] == 72 and experts8 and d <= TOL,
+          f"fp8 dynamic: every expert in FP8; transformers (dequantized) vs ours weight-only {d:.2e} <= {TOL}")
     ta, tb = st_tensors(runs["gptq-ct"]["dir"]), st_tensors(runs["gptq-all"]["dir"])
     keys = [f"model.layers.{l}.mlp.experts.{e}.gate_proj.weight_packed" for l in (1, 2) for e in range(8)]
     differ = sum(not torch.equal(ta[k], tb[k]) for k in keys)
