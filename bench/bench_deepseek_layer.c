@@ -270,14 +270,21 @@ int main(int argc, char **argv)
     int experts = 256, tokens = 2048;
     bool keep = false;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--workdir") && i + 1 < argc) work = argv[++i];
-        else if (!strcmp(argv[i], "--experts") && i + 1 < argc) experts = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--stage") && i + 1 < argc) stage = argv[++i];
-        else if (!strcmp(argv[i], "--keep")) keep = true;
+        if (!strcmp(argv[i], "--workdir") && i + 1 < argc)
+            work = argv[++i];
+        else if (!strcmp(argv[i], "--experts") && i + 1 < argc)
+            experts = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
+            tokens = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--stage") && i + 1 < argc)
+            stage = argv[++i];
+        else if (!strcmp(argv[i], "--keep"))
+            keep = true;
         else {
-            fprintf(stderr, "usage: %s --workdir DIR [--experts N] [--tokens T] [--stage all|write|convert|gptq] "
-                            "[--keep]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s --workdir DIR [--experts N] [--tokens T] [--stage all|write|convert|gptq] "
+                    "[--keep]\n",
+                    argv[0]);
             return 2;
         }
     }

@@ -91,9 +91,9 @@ dsq_status dsq_hf_fp8_block(const char *dir, int block[2])
     dsq_status why;
     cJSON *root = dsq_json_parse(text, len, NULL, &why);
     free(text);
-    dsq_status s = cJSON_IsObject(root) ? read_block(cJSON_GetObjectItemCaseSensitive(root, "quantization_config"),
-                                                     block, path)
-                                        : dsq_fail(DSQ_ERR_FORMAT, "%s: not a JSON object", path);
+    dsq_status s = cJSON_IsObject(root)
+                       ? read_block(cJSON_GetObjectItemCaseSensitive(root, "quantization_config"), block, path)
+                       : dsq_fail(DSQ_ERR_FORMAT, "%s: not a JSON object", path);
     cJSON_Delete(root);
     return s;
 }
@@ -218,8 +218,8 @@ static bool has_nan_code(const uint8_t *q, int64_t n)
 /* Rows [r0, r0 + nr) of an FP8 weight times its block scales, in the output
  * type. Block by block: one scale per 128 columns, decoded by the kernel's
  * row decoder (the table's values times the scale, one F32 rounding). */
-static dsq_status fp8_rows(cast_job *j, const dsq_tensor *w, const float *scales, int64_t r0, int64_t nr,
-                           float *f32, void *out, dsq_type ot)
+static dsq_status fp8_rows(cast_job *j, const dsq_tensor *w, const float *scales, int64_t r0, int64_t nr, float *f32,
+                           void *out, dsq_type ot)
 {
     int64_t cols = w->shape[1], sc = ceil_div(cols, j->block[1]), bc = j->block[1];
     const uint8_t *codes = (const uint8_t *)w->data + r0 * cols;
