@@ -677,12 +677,16 @@ static dsq_status ds_kv_b_f32(streamer *s, const plan_item *it, float *dst)
     return st;
 }
 
-static dsq_status ds_stream_kv_b(streamer *s, const plan_item *it, uint64_t *bad)
+typedef dsq_status (*whole_f32_fn)(streamer *s, const plan_item *it, float *dst);
+
+/* An item made whole in F32 by fn, then streamed in chunks in its output type. */
+static dsq_status stream_whole_f32(streamer *s, const plan_item *it, whole_f32_fn fn, uint64_t *bad)
 {
-    uint64_t n = (uint64_t)(it->shape[0] * it->shape[1] * it->shape[2]);
+    uint64_t n = 1;
+    for (int d = 0; d < it->n_dims; d++) n *= (uint64_t)it->shape[d];
     float *f = malloc((size_t)n * sizeof *f);
     if (!f) return dsq_fail(DSQ_ERR_NOMEM, "out of memory for %s", it->name);
-    dsq_status st = ds_kv_b_f32(s, it, f);
+    dsq_status st = fn(s, it, f);
     uint32_t oes = dsq_type_get((int)it->type)->block_bytes;
     for (uint64_t off = 0; st == DSQ_OK && off < n; off += CHUNK_ELEMS) {
         uint64_t len = n - off < CHUNK_ELEMS ? n - off : CHUNK_ELEMS;
@@ -708,7 +712,7 @@ static dsq_status ds_stream(streamer *s, const plan_item *it, uint64_t *bad)
         for (int64_t e = 0; e < it->n_srcs; e++) DSQ_TRY(ds_stream_rows(s, it->srcs[e], it->srcs_scale[e], it->type, bad));
         return DSQ_OK;
     case OP_KB:
-    case OP_VB: return ds_stream_kv_b(s, it, bad);
+    case OP_VB: return stream_whole_f32(s, it, ds_kv_b_f32, bad);
     default: return ds_stream_rows(s, it->src, it->scale, it->type, bad);
     }
 }
@@ -1124,19 +1128,7 @@ static dsq_status gguf_ds_f32(streamer *s, const plan_item *it, float *dst)
 
 static dsq_status gguf_ds_stream(streamer *s, const plan_item *it, uint64_t *bad)
 {
-    uint64_t n = (uint64_t)(it->shape[0] * it->shape[1]);
-    float *f = malloc((size_t)n * sizeof *f);
-    if (!f) return dsq_fail(DSQ_ERR_NOMEM, "out of memory for %s", it->name);
-    dsq_status st = gguf_ds_f32(s, it, f);
-    uint32_t oes = dsq_type_get((int)it->type)->block_bytes;
-    for (uint64_t off = 0; st == DSQ_OK && off < n; off += CHUNK_ELEMS) {
-        uint64_t len = n - off < CHUNK_ELEMS ? n - off : CHUNK_ELEMS;
-        st = dsq_convert_row(DSQ_TYPE_F32, f + off, it->type, s->chunk, (size_t)len);
-        if (st == DSQ_OK) *bad += count_nonfinite(it->type, s->chunk, len);
-        if (st == DSQ_OK) st = s->sink(s->w, s->chunk, len * oes);
-    }
-    free(f);
-    return st;
+    return stream_whole_f32(s, it, gguf_ds_f32, bad);
 }
 
 static dsq_status plan_gguf_to_hf(const dsq_arch *a, const dsq_gguf *g, dsq_type out_type, plan *p)

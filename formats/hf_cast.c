@@ -79,21 +79,33 @@ static dsq_status read_block(const cJSON *qc, int block[2], const char *path)
     return DSQ_OK;
 }
 
-dsq_status dsq_hf_fp8_block(const char *dir, int block[2])
+/* dir/config.json parsed into *root (NULL, and no error, when the folder has none). */
+static dsq_status read_config(const char *dir, char *path, size_t cap, cJSON **root)
 {
-    block[0] = block[1] = 128;
-    char path[4096];
-    DSQ_TRY(dsq_path_join(path, sizeof path, dir, "config.json"));
+    *root = NULL;
+    DSQ_TRY(dsq_path_join(path, cap, dir, "config.json"));
     if (!dsq_exists(path)) return DSQ_OK;
     char *text = NULL;
     size_t len = 0;
     DSQ_TRY(dsq_read_file(path, 16 << 20, &text, &len));
     dsq_status why;
-    cJSON *root = dsq_json_parse(text, len, NULL, &why);
+    *root = dsq_json_parse(text, len, NULL, &why);
     free(text);
-    dsq_status s = cJSON_IsObject(root)
-                       ? read_block(cJSON_GetObjectItemCaseSensitive(root, "quantization_config"), block, path)
-                       : dsq_fail(DSQ_ERR_FORMAT, "%s: not a JSON object", path);
+    if (!*root && why == DSQ_ERR_NOMEM) return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory parsing JSON", path);
+    if (cJSON_IsObject(*root)) return DSQ_OK;
+    cJSON_Delete(*root);
+    *root = NULL;
+    return dsq_fail(DSQ_ERR_FORMAT, "%s: not a JSON object", path);
+}
+
+dsq_status dsq_hf_fp8_block(const char *dir, int block[2])
+{
+    block[0] = block[1] = 128;
+    char path[4096];
+    cJSON *root;
+    DSQ_TRY(read_config(dir, path, sizeof path, &root));
+    if (!root) return DSQ_OK;
+    dsq_status s = read_block(cJSON_GetObjectItemCaseSensitive(root, "quantization_config"), block, path);
     cJSON_Delete(root);
     return s;
 }
@@ -114,19 +126,10 @@ static dsq_status edit_config(cast_job *j, const cJSON *root, cJSON *copy, const
 static dsq_status load_config(cast_job *j)
 {
     char path[4096];
-    DSQ_TRY(dsq_path_join(path, sizeof path, j->in_dir, "config.json"));
     j->block[0] = j->block[1] = 128;
-    if (!dsq_exists(path)) return DSQ_OK;
-    char *text = NULL;
-    size_t len = 0;
-    DSQ_TRY(dsq_read_file(path, 16 << 20, &text, &len));
-    dsq_status why;
-    cJSON *root = dsq_json_parse(text, len, NULL, &why);
-    free(text);
-    if (!root || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return dsq_fail(DSQ_ERR_FORMAT, "%s: not a JSON object", path);
-    }
+    cJSON *root;
+    DSQ_TRY(read_config(j->in_dir, path, sizeof path, &root));
+    if (!root) return DSQ_OK;
     cJSON *copy = cJSON_Duplicate(root, true);
     dsq_status s = copy ? edit_config(j, root, copy, path) : dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", path);
     cJSON_Delete(copy);
