@@ -35,7 +35,8 @@ tiny random models (tests/integration/deepseek_tiny.py):
            logits; GPTQ's KL divergence from the base beats RTN's on its
            calibration text; --expert-calib all gives other weights than routed;
            FP8 dynamic puts every expert in FP8 and transformers reads the
-           folder as our runtime does (weight-only, within 1e-3).
+           folder as our runtime does (weight-only, within 1e-3); FP8 static
+           gives each expert its own input scales from its routed tokens.
   gguf     V3 (yarn mscale = mscale_all_dim, as llama.cpp assumes) to a deepseek2
            GGUF (F32): llama.cpp 0.3.36 (llama-cpp-python, MLA split era,
            scripts/setup-llama-mla.sh) loads it and its log-softmax (F32 KV
@@ -416,6 +417,15 @@ def calibration_case(work):
     d = np.abs(ours(fp8, work, "--w8-weight-only") - ref8).max()
     check(j8["n_quantized"] == 72 and experts8 and d <= TOL,
           f"fp8 dynamic: every expert in FP8; transformers (dequantized) vs ours weight-only {d:.2e} <= {TOL}")
+    st8 = os.path.join(work, "fp8-static")
+    dsquant("-q", "fp8", v3, "-o", st8, "--scheme", "static", *Q[2:])
+    ts = st_tensors(st8)
+    scales = [float(ts[f"model.layers.{l}.mlp.experts.{e}.{p}.input_scale"]) for l in (1, 2) for e in range(8)
+              for p in ("gate_proj", "down_proj")]
+    lg = ours(st8, work)
+    check(all(x > 0 for x in scales) and len(set(scales)) > 8 and np.isfinite(lg).all(),
+          f"fp8 static: every expert has its own input_scale from its routed tokens ({len(set(scales))} distinct "
+          f"of {len(scales)}); the runtime runs the folder")
     ta, tb = st_tensors(runs["gptq-ct"]["dir"]), st_tensors(runs["gptq-all"]["dir"])
     keys = [f"model.layers.{l}.mlp.experts.{e}.gate_proj.weight_packed" for l in (1, 2) for e in range(8)]
     differ = sum(not torch.equal(ta[k], tb[k]) for k in keys)
