@@ -725,8 +725,8 @@ static dsq_status ds_fetch_f32(streamer *s, const plan_item *it, float *dst)
     for (int64_t e = 0; e < n; e++) {
         dsq_tensor t, sc;
         bool has_sc;
-        DSQ_TRY(ds_views(s, n > 1 || it->op == OP_STACK ? it->srcs[e] : it->src,
-                         it->op == OP_STACK ? it->srcs_scale[e] : it->scale, &t, &sc, &has_sc));
+        bool stack = it->op == OP_STACK;
+        DSQ_TRY(ds_views(s, stack ? it->srcs[e] : it->src, stack ? it->srcs_scale[e] : it->scale, &t, &sc, &has_sc));
         int64_t cols = t.shape[t.n_dims - 1], rows = (int64_t)(dsq_tensor_nelems(&t) / (uint64_t)cols);
         DSQ_TRY(ds_rows(s, &t, has_sc ? &sc : NULL, 0, rows, dst + e * rows * cols));
     }
