@@ -195,13 +195,13 @@ static int64_t routed(const moe_bufs *b, int e)
     return n;
 }
 
-
 /* hout += the shared experts of every token (quantized copies in the model). */
 static dsq_status add_shared(dsq_seq_layer *s, dsq_seq_runner *r, moe_bufs *b, float *hout)
 {
     if (s->m->arch.moe.n_shared <= 0) return DSQ_OK;
     const dsq_layer *L = &s->m->layers[s->l];
-    int g = dsq_block_find_linear(s->d, "gate_shexp"), u = dsq_block_find_linear(s->d, "up_shexp"), dn = dsq_block_find_linear(s->d, "down_shexp");
+    int g = dsq_block_find_linear(s->d, "gate_shexp"), u = dsq_block_find_linear(s->d, "up_shexp"),
+        dn = dsq_block_find_linear(s->d, "down_shexp");
     if (g < 0 || u < 0 || dn < 0) return dsq_fail(DSQ_ERR_INTERNAL, "layer %d: no shared expert linears", s->l);
     int64_t F = L->lin[g].out;
     for (int64_t t0 = 0; t0 < b->N; t0 += r->seqlen) {
