@@ -44,6 +44,8 @@ static void free_copies(dsq_seq_layer *s)
         free(s->norm[i]);
         s->norm[i] = NULL;
     }
+    free(s->expert_in);
+    s->expert_in = NULL;
 }
 
 /* Every copy, before the model is touched. */

@@ -5,12 +5,25 @@
  * the clip search, then quantization. The search's loss is the output of the
  * group's whole half without its residual (AutoAWQ's module2inspect) or,
  * for a single-linear group, the quadratic form of that linear's error in
- * its input Gram matrix (the same MSE, computed exactly). */
+ * its input Gram matrix (the same MSE, computed exactly).
+ *
+ * MoE layers, with memory bounded by one expert: the capture pass stops at
+ * the routed experts (moe.c rebuilds the layer's output from the quantized
+ * weights). The MLP input group (the norm before the shared experts, every
+ * routed expert's gate/up and the router) is searched on the MoE output,
+ * computed expert by expert for each candidate (moe.c's dsq_seq_moe_eval:
+ * rows routed once by the float router, each expert's gate/up fake-
+ * quantized under the candidate scales); its w_mean streams over the
+ * experts. The scales fold into the norm, the shared experts and the
+ * router's columns (routing unchanged) and, when moe.c copies them, each
+ * expert's gate/up. Each expert then runs awq_expert on the tokens routed to
+ * it: its own up -> down scales (quadratic-form loss), clip, quantize. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "calibration/method.h"
 #include "calibration/seq_internal.h"
+#include "core/bigbuf.h"
 #include "core/clock.h"
 #include "core/log.h"
 
@@ -23,13 +36,17 @@ typedef struct awq_st {
     float *X[DSQ_BLOCK_MAX_GROUPS];           /* each group's captured input, all tokens */
     float *backup[DSQ_BLOCK_MAX_LINEARS];     /* unmodified weights during a search */
     float *yref, *y, *tx, *work;              /* loss buffers */
+    dsq_seq_moe_eval moe;                     /* MoE layers: the MLP on the loss rows */
 } awq_st;
 
 typedef struct awq_group {
     awq_st *a;
     int g;
-    int ids[DSQ_BLOCK_MAX_LINEARS], n;
-    float *G; /* single-linear loss: x^T x / n of the input over all tokens */
+    int ids[DSQ_BLOCK_MAX_LINEARS], n; /* the members the layer holds, router aside */
+    int64_t cols;
+    bool experts;     /* routed experts are members too */
+    const float *cur; /* the candidate scales a loss is computed for (NULL: float) */
+    float *G;         /* single-linear loss: x^T x / n of the input over all tokens */
 } awq_group;
 
 static double mse(const float *a, const float *b, size_t n)
@@ -57,11 +74,24 @@ static int half_tail_group(const dsq_block_desc *d, int half)
     return -1;
 }
 
-/* The output of group g's half without its residual, on the loss samples,
- * with the layer's current weights. */
-static dsq_status half_output(awq_st *a, int g, float *y)
+/* A routed expert in an MoE loss run: its members of the group fake-quantized
+ * under the candidate scales. */
+static dsq_status edit_expert(void *user, dsq_seq_expert *x)
+{
+    awq_group *gr = user;
+    for (int k = 0; gr->cur && k < DSQ_INT_EXPERT_LINEARS; k++)
+        if (x->s->d->linears[x->id[k]].group == gr->g)
+            DSQ_TRY(dsq_awq_fake_quant(x->w[k], x->out[k], x->in[k], gr->cur, &x->s->o->awq.q, x->w[k]));
+    return DSQ_OK;
+}
+
+/* The output of group gr's half without its residual, on the loss samples,
+ * with the layer's current weights (and, with experts, gr->cur). */
+static dsq_status half_output(awq_st *a, awq_group *gr, float *y)
 {
     dsq_seq_layer *s = a->s;
+    int g = gr->g;
+    if (gr->experts) return dsq_seq_moe_eval_run(&a->moe, edit_expert, gr, y);
     int half = s->d->groups[g].half;
     int g0 = half_first_group(s->d, half), tail = dsq_block_group_first(s->d, half_tail_group(s->d, half));
     dsq_ctx *c = a->r->ctx;
@@ -74,6 +104,7 @@ static dsq_status group_loss(void *user, const float *sc, double *loss)
     awq_group *gr = user;
     awq_st *a = gr->a;
     dsq_seq_layer *s = a->s;
+    gr->cur = sc;
     for (int k = 0; k < gr->n; k++) {
         int id = gr->ids[k];
         DSQ_TRY(dsq_awq_fake_quant(a->backup[id], dsq_seq_lin_out(s, id), dsq_seq_lin_in(s, id), sc, &s->o->awq.q,
@@ -84,25 +115,57 @@ static dsq_status group_loss(void *user, const float *sc, double *loss)
         return dsq_awq_quad_loss(a->backup[id], s->w[id], dsq_seq_lin_out(s, id), dsq_seq_lin_in(s, id), gr->G,
                                  s->o->bf16, loss);
     }
-    DSQ_TRY(half_output(a, gr->g, a->y));
+    DSQ_TRY(half_output(a, gr, a->y));
     *loss = mse(a->y, a->yref, (size_t)(a->nt * s->m->dim));
     return DSQ_OK;
 }
 
-/* G = x^T x / n over every token of the group's input. */
-static dsq_status input_gram(awq_st *a, awq_group *gr)
+/* *G = x^T x / n of n rows of x [n x cols]. */
+static dsq_status gram(const float *x, int64_t n, int64_t cols, bool bf16, float **G)
 {
-    int64_t cols = dsq_seq_lin_in(a->s, gr->ids[0]);
     dsq_hessian H;
     DSQ_TRY(dsq_hessian_init(&H, cols));
-    H.bf16 = a->s->o->bf16;
-    dsq_status st = dsq_hessian_add(&H, a->X[gr->g], a->all_tok);
+    H.bf16 = bf16;
+    dsq_status st = dsq_hessian_add(&H, x, n);
     if (st == DSQ_OK) st = dsq_hessian_finalize(&H); /* 2/n x^T x */
-    if (st == DSQ_OK && !(gr->G = malloc((size_t)(cols * cols) * sizeof *gr->G)))
+    if (st == DSQ_OK && !(*G = malloc((size_t)(cols * cols) * sizeof **G)))
         st = dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory for a %lld x %lld input Gram matrix", (long long)cols,
                       (long long)cols);
-    for (int64_t i = 0; st == DSQ_OK && i < cols * cols; i++) gr->G[i] = (float)(0.5 * H.h[i]);
+    for (int64_t i = 0; st == DSQ_OK && i < cols * cols; i++) (*G)[i] = (float)(0.5 * H.h[i]);
     dsq_hessian_free(&H);
+    return st;
+}
+
+/* w_mean's part from one routed expert's members of the group. */
+typedef struct wmean_acc {
+    awq_group *gr;
+    double *acc;
+    int64_t total;
+} wmean_acc;
+
+static dsq_status expert_w_mean(void *user, dsq_seq_expert *x)
+{
+    wmean_acc *w = user;
+    for (int k = 0; k < DSQ_INT_EXPERT_LINEARS; k++)
+        if (x->s->d->linears[x->id[k]].group == w->gr->g)
+            DSQ_TRY(dsq_awq_w_mean_add(w->acc, &w->total, x->w[k], x->out[k], x->in[k], x->s->o->q.group_size));
+    return DSQ_OK;
+}
+
+/* w_mean over the group's members: the layer's own, then each routed expert. */
+static dsq_status group_w_mean(awq_group *gr, float *wm)
+{
+    awq_st *a = gr->a;
+    dsq_seq_layer *s = a->s;
+    wmean_acc w = {gr, calloc((size_t)gr->cols, sizeof(double)), 0};
+    if (!w.acc) return dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
+    dsq_status st = DSQ_OK;
+    for (int k = 0; k < gr->n && st == DSQ_OK; k++)
+        st = dsq_awq_w_mean_add(w.acc, &w.total, s->w[gr->ids[k]], dsq_seq_lin_out(s, gr->ids[k]), gr->cols,
+                                s->o->q.group_size);
+    if (st == DSQ_OK && gr->experts) st = dsq_seq_moe_each_expert(&a->moe, expert_w_mean, &w);
+    if (st == DSQ_OK) dsq_awq_w_mean_finish(w.acc, w.total, gr->cols, wm);
+    free(w.acc);
     return st;
 }
 
@@ -135,22 +198,19 @@ static dsq_status search_group(awq_group *gr, float *best_s, dsq_seq_report *rep
 {
     awq_st *a = gr->a;
     dsq_seq_layer *s = a->s;
-    int64_t cols = dsq_seq_lin_in(s, gr->ids[0]);
-    const float *wl[DSQ_BLOCK_MAX_LINEARS];
-    int64_t rows[DSQ_BLOCK_MAX_LINEARS];
-    for (int k = 0; k < gr->n; k++) {
-        wl[k] = s->w[gr->ids[k]];
-        rows[k] = dsq_seq_lin_out(s, gr->ids[k]);
-    }
+    int64_t cols = gr->cols;
     double t0 = dsq_now_s();
     float *xm = malloc((size_t)cols * sizeof *xm), *wm = malloc((size_t)cols * sizeof *wm);
     dsq_status st = xm && wm ? DSQ_OK : dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
+    if (st == DSQ_OK && gr->experts && !a->moe.b) st = dsq_seq_moe_eval_init(&a->moe, s, a->r, a->X[gr->g], a->nt);
     if (st == DSQ_OK) {
         dsq_awq_x_mean(a->X[gr->g], a->all_tok, cols, xm);
-        st = dsq_awq_w_mean(wl, rows, gr->n, cols, s->o->q.group_size, wm);
+        st = group_w_mean(gr, wm);
     }
-    if (st == DSQ_OK && !s->d->groups[gr->g].loss_half) st = input_gram(a, gr);
-    else if (st == DSQ_OK) st = half_output(a, gr->g, a->yref); /* float reference */
+    gr->cur = NULL;
+    if (st == DSQ_OK && !s->d->groups[gr->g].loss_half)
+        st = gram(a->X[gr->g], a->all_tok, cols, s->o->bf16, &gr->G);
+    else if (st == DSQ_OK) st = half_output(a, gr, a->yref); /* float reference */
     if (st == DSQ_OK) st = backup_weights(gr);
     dsq_awq_search info;
     if (st == DSQ_OK) st = dsq_awq_search_scale(xm, wm, cols, &s->o->awq, group_loss, gr, best_s, &info);
@@ -168,32 +228,18 @@ static dsq_status search_group(awq_group *gr, float *best_s, dsq_seq_report *rep
     return st;
 }
 
-/* Folds the scales: the producer of the input divides, the group's columns multiply. */
-static void apply_group(awq_group *gr, const float *sc)
+/* Folds the scales (fold.c); the captured input follows. */
+static dsq_status apply_group(awq_group *gr, const float *sc)
 {
     awq_st *a = gr->a;
-    dsq_seq_layer *s = a->s;
-    const dsq_block_group *g = &s->d->groups[gr->g];
-    int64_t cols = dsq_seq_lin_in(s, gr->ids[0]);
-    if (g->src == DSQ_SRC_NORM) dsq_awq_div_vec(s->norm[g->src_index], sc, cols);
-    else
-        dsq_awq_div_rows(s->w[g->src_index], dsq_seq_lin_out(s, g->src_index), dsq_seq_lin_in(s, g->src_index),
-                         s->bias[g->src_index], sc, cols);
-    for (int k = 0; k < gr->n; k++) dsq_awq_scale_cols(s->w[gr->ids[k]], dsq_seq_lin_out(s, gr->ids[k]), cols, sc);
-    dsq_awq_div_cols(a->X[gr->g], a->all_tok, cols, sc);
+    DSQ_TRY(dsq_seq_fold_scales(a->s, gr->g, sc, gr->cols));
+    dsq_awq_div_cols(a->X[gr->g], a->all_tok, gr->cols, sc);
+    return DSQ_OK;
 }
 
-/* The groups whose scales are searched: every linear quantizable and, for a
- * group fed by another linear, that linear's rows matching the group's
- * input (AutoAWQ scales v -> o only without GQA). */
-static bool group_searchable(const dsq_seq_layer *s, const awq_group *gr)
-{
-    for (int k = 0; k < gr->n; k++)
-        if (!s->ok[gr->ids[k]]) return false;
-    const dsq_block_group *g = &s->d->groups[gr->g];
-    return g->src != DSQ_SRC_LINEAR || dsq_seq_lin_out(s, g->src_index) == dsq_seq_lin_in(s, gr->ids[0]);
-}
-
+/* The groups whose scales are searched: captured, every member but the
+ * router quantizable, the input's producer able to take the scales (v -> o
+ * only without GQA, as AutoAWQ; MLA's value rows always). */
 static int build_groups(awq_st *a, awq_group *out)
 {
     int n = 0;
@@ -202,8 +248,15 @@ static int build_groups(awq_st *a, awq_group *out)
         memset(&gr, 0, sizeof gr);
         gr.a = a;
         gr.g = g;
-        gr.n = dsq_block_group_members(a->s->d, g, gr.ids, DSQ_BLOCK_MAX_LINEARS);
-        if (gr.n > 0 && group_searchable(a->s, &gr)) out[n++] = gr;
+        const dsq_seq_layer *s = a->s;
+        int first = dsq_seq_group_first(s, g);
+        if (!a->X[g] || first < 0) continue;
+        gr.cols = dsq_seq_lin_in(s, first);
+        if (!dsq_seq_group_quantizable(s, g) || !dsq_seq_group_foldable(s, g, gr.cols)) continue;
+        for (int id = 0; id < s->d->n_linears; id++)
+            if (s->d->linears[id].group == g && s->ok[id]) gr.ids[gr.n++] = id;
+        gr.experts = dsq_seq_group_has_experts(s, g);
+        out[n++] = gr;
     }
     return n;
 }
@@ -220,7 +273,9 @@ static dsq_status awq_alloc(awq_st *a, dsq_seq_layer *s, dsq_seq_runner *r)
     size_t nt = (size_t)a->nt;
     int64_t txw = 0, work = 0;
     for (int g = 0; g < s->d->n_groups; g++) {
-        int64_t in = dsq_seq_lin_in(s, dsq_seq_group_first(s, g));
+        int first = dsq_seq_group_first(s, g);
+        if (first < 0) continue; /* a group this layer lacks, or of routed experts only */
+        int64_t in = dsq_seq_lin_in(s, first);
         if (!(a->X[g] = malloc((size_t)a->all_tok * (size_t)in * sizeof(float))))
             return dsq_fail(DSQ_ERR_NOMEM, "awq layer %d: out of memory for the captured inputs of %lld tokens",
                             s->l, (long long)a->all_tok);
@@ -242,6 +297,7 @@ static dsq_status awq_alloc(awq_st *a, dsq_seq_layer *s, dsq_seq_runner *r)
 static void awq_free(awq_st *a)
 {
     for (int g = 0; g < DSQ_BLOCK_MAX_GROUPS; g++) free(a->X[g]);
+    dsq_seq_moe_eval_free(&a->moe);
     free(a->yref);
     free(a->y);
     free(a->tx);
@@ -278,8 +334,11 @@ static dsq_status awq_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *hi
     dsq_status st = awq_alloc(&a, s, r);
     dsq_seq_hooks h;
     dsq_seq_hooks_init(&h);
-    for (int g = 0; g < s->d->n_groups; g++) h.cap[dsq_seq_group_first(s, g)] = a.X[g];
-    /* the float layer's output is the next layer's input, as in AutoAWQ */
+    for (int g = 0; g < s->d->n_groups; g++)
+        if (a.X[g]) h.cap[dsq_seq_group_first(s, g)] = a.X[g];
+    /* the float layer's output is the next layer's input, as in AutoAWQ; on
+     * MoE layers the pass ends at the routed experts and moe.c rebuilds it */
+    if (dsq_arch_layer_is_moe(&s->m->arch, s->l)) h.stop_after = dsq_block_first_expert(s->d);
     double t0 = dsq_now_s();
     if (st == DSQ_OK) st = dsq_seq_run_pass(r, s->l, DSQ_SEQ_WHOLE_LAYER, hin, hout, r->n_samples, &h);
     DSQ_LOGD("awq layer %d: float pass with captures %.2f s", s->l, dsq_now_s() - t0);
@@ -287,16 +346,92 @@ static dsq_status awq_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *hi
     float *sc[DSQ_BLOCK_MAX_GROUPS] = {NULL};
     int ng = st == DSQ_OK ? build_groups(&a, g) : 0;
     for (int k = 0; k < ng && st == DSQ_OK; k++) {
-        if (!(sc[k] = malloc((size_t)dsq_seq_lin_in(s, g[k].ids[0]) * sizeof(float))))
+        if (!(sc[k] = malloc((size_t)g[k].cols * sizeof(float))))
             st = dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
         else st = search_group(&g[k], sc[k], rep);
     }
-    for (int k = 0; k < ng && st == DSQ_OK; k++) apply_group(&g[k], sc[k]);
+    for (int k = 0; k < ng && st == DSQ_OK; k++) st = apply_group(&g[k], sc[k]);
     double t1 = dsq_now_s();
     if (st == DSQ_OK) st = clip_and_quantize(&a);
     DSQ_LOGD("awq layer %d: clip search and quantization %.2f s", s->l, dsq_now_s() - t1);
     for (int k = 0; k < ng; k++) free(sc[k]);
     awq_free(&a);
+    return st;
+}
+
+/* ---- a routed expert (calibration/moe.c) ---- */
+
+typedef struct awq_down {
+    dsq_seq_expert *x;
+    const float *backup, *G;
+} awq_down;
+
+static dsq_status down_loss(void *user, const float *sc, double *loss)
+{
+    awq_down *d = user;
+    dsq_seq_expert *x = d->x;
+    DSQ_TRY(dsq_awq_fake_quant(d->backup, x->out[2], x->in[2], sc, &x->s->o->awq.q, x->w[2]));
+    return dsq_awq_quad_loss(d->backup, x->w[2], x->out[2], x->in[2], d->G, x->s->o->bf16, loss);
+}
+
+/* The up -> down scales from the activations act [n x ffn], folded; act follows. */
+static dsq_status expert_down_scales(dsq_seq_expert *x, float *act, dsq_seq_report *rep)
+{
+    int64_t F = x->in[2], n = x->n_tok;
+    size_t nb = (size_t)(x->out[2] * F) * sizeof(float);
+    awq_down d = {x, malloc(nb), NULL};
+    float *xm = malloc((size_t)F * sizeof *xm), *wm = malloc((size_t)F * sizeof *wm), *sc = malloc((size_t)F * sizeof *sc);
+    dsq_status st = d.backup && xm && wm && sc ? DSQ_OK : dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
+    if (st == DSQ_OK) {
+        memcpy((float *)d.backup, x->w[2], nb);
+        dsq_awq_x_mean(act, n, F, xm);
+        const float *w = x->w[2];
+        st = dsq_awq_w_mean(&w, &x->out[2], 1, F, x->s->o->q.group_size, wm);
+    }
+    float *G = NULL;
+    if (st == DSQ_OK) st = gram(act, n, F, x->s->o->bf16, &G);
+    d.G = G;
+    dsq_awq_search info;
+    if (st == DSQ_OK) st = dsq_awq_search_scale(xm, wm, F, &x->s->o->awq, down_loss, &d, sc, &info);
+    if (d.backup) memcpy(x->w[2], d.backup, nb);
+    if (st == DSQ_OK) {
+        rep->awq_loss_r0 += info.loss_r0;
+        rep->awq_loss_best += info.best_loss;
+        dsq_seq_expert_fold_down(x, sc);
+        dsq_awq_div_cols(act, n, F, sc);
+    }
+    free((float *)d.backup), free(G), free(xm), free(wm), free(sc);
+    return st;
+}
+
+/* A routed expert on its rows (its gate/up carry the input group's scales
+ * already): its up -> down scales, the clip search of each linear on its own
+ * input, then the AWQ rule. */
+static dsq_status awq_expert(dsq_seq_expert *x, dsq_seq_report *rep)
+{
+    size_t n = (size_t)x->n_tok * (size_t)x->out[0];
+    float *act = dsq_bigbuf_alloc((n ? n : 1) * sizeof *act), *tmp = dsq_bigbuf_alloc((n ? n : 1) * sizeof *tmp);
+    dsq_status st = act && tmp ? dsq_seq_expert_act(x, x->x, x->n_tok, act, tmp)
+                               : dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory for an expert's activations");
+    free(tmp);
+    if (st == DSQ_OK && x->ok[1] && x->ok[2] && x->n_tok > 0) st = expert_down_scales(x, act, rep);
+    dsq_intq_params p = x->s->o->q;
+    p.rule = DSQ_INTQ_RULE_AWQ;
+    for (int k = 0; k < DSQ_INT_EXPERT_LINEARS && st == DSQ_OK; k++) {
+        if (!x->ok[k]) continue;
+        const float *in = k == 2 ? act : x->x;
+        if (x->s->o->awq.clip && x->n_tok > 0) {
+            int64_t ng = x->in[k] / p.group_size;
+            float *mv = malloc((size_t)(x->out[k] * ng) * sizeof *mv);
+            st = mv ? dsq_awq_search_clip(x->w[k], x->out[k], x->in[k], in, x->n_tok, &x->s->o->awq, mv)
+                    : dsq_fail(DSQ_ERR_NOMEM, "awq clip: out of memory");
+            if (st == DSQ_OK) dsq_awq_apply_clip(x->w[k], x->out[k], x->in[k], p.group_size, mv);
+            free(mv);
+        }
+        if (st == DSQ_OK) st = dsq_intq_quantize(x->w[k], x->out[k], x->in[k], &p, NULL, &x->q[k]);
+        if (st == DSQ_OK) x->has_q[k] = true, st = dsq_intq_dequantize(&x->q[k], x->w[k]);
+    }
+    free(act);
     return st;
 }
 
@@ -308,4 +443,5 @@ static dsq_status awq_check(const dsq_seq_opts *o)
 }
 
 const dsq_method dsq_method_awq = {
-    "awq", DSQ_STAT_MEAN_ABS | DSQ_STAT_INPUTS | DSQ_STAT_XTX, DSQ_INT_FORMAT_AWQ, 512, awq_check, awq_layer, NULL, NULL};
+    "awq",     DSQ_STAT_MEAN_ABS | DSQ_STAT_INPUTS | DSQ_STAT_XTX, DSQ_INT_FORMAT_AWQ, 512, awq_check, awq_layer, NULL,
+    awq_expert};

@@ -5,8 +5,6 @@
  * their input_scale from max |x| over every calibration token of the
  * quantized layer's inputs, and --kv-cache-fp8 its k_scale / v_scale
  * (calibration/w8_layer.c). */
-#include <math.h>
-#include <stdlib.h>
 
 #include "calibration/method.h"
 #include "calibration/seq_internal.h"
@@ -20,30 +18,6 @@ static dsq_status fp8_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *hi
     return r->ctx ? dsq_seq_w8_final_pass(s, r, hin, hout) : DSQ_OK;
 }
 
-static float max_abs(const float *x, int64_t n)
-{
-    float m = 0.0f;
-    for (int64_t i = 0; i < n; i++) m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
-    return m;
-}
-
-/* Static per-tensor input scales of an expert from its statistics rows (the
- * tokens routed to it): gate and up from its input, down from the
- * activations of the quantized gate and up. */
-static dsq_status expert_act_scales(dsq_seq_expert *x)
-{
-    float s_in = dsq_w8_static_scale(DSQ_W8_FP8, max_abs(x->x, x->n_tok * x->in[0]));
-    x->q8[0].act_scale = x->q8[1].act_scale = s_in;
-    size_t n = (size_t)x->n_tok * (size_t)x->out[0];
-    float *act = malloc(n * sizeof *act), *tmp = malloc(n * sizeof *tmp);
-    dsq_status st = act && tmp ? dsq_seq_expert_act(x, x->x, x->n_tok, act, tmp)
-                               : dsq_fail(DSQ_ERR_NOMEM, "fp8: out of memory for an expert's activations");
-    if (st == DSQ_OK) x->q8[2].act_scale = dsq_w8_static_scale(DSQ_W8_FP8, max_abs(act, (int64_t)n));
-    free(act);
-    free(tmp);
-    return st;
-}
-
 /* A routed expert: RTN under the scheme; static schemes take their input
  * scales from the expert's routed tokens. */
 static dsq_status fp8_expert(dsq_seq_expert *x, dsq_seq_report *rep)
@@ -52,7 +26,7 @@ static dsq_status fp8_expert(dsq_seq_expert *x, dsq_seq_report *rep)
     if (x->s->o->w8.kv_fp8)
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "fp8: KV-cache scales of MLA's latent cache are not collected yet");
     DSQ_TRY(dsq_seq_w8_expert_rtn(x));
-    return x->s->o->w8.scheme.act == DSQ_W8_ACT_TENSOR ? expert_act_scales(x) : DSQ_OK;
+    return x->s->o->w8.scheme.act == DSQ_W8_ACT_TENSOR ? dsq_seq_w8_expert_act_scales(x) : DSQ_OK;
 }
 
 static unsigned fp8_stats(const dsq_seq_opts *o)

@@ -147,7 +147,7 @@ static dsq_status gptq_expert_linears(dsq_seq_expert *x, const int *ks, int nk, 
 
 /* True-sequential within the expert: gate and up from the expert's input
  * rows, then down from the activations of the quantized gate and up. */
-static dsq_status gptq_expert(dsq_seq_expert *x, dsq_seq_report *rep)
+dsq_status dsq_seq_gptq_expert(dsq_seq_expert *x, dsq_seq_report *rep)
 {
     DSQ_TRY(gptq_expert_linears(x, (const int[]){0, 1}, 2, x->x, x->n_tok, rep));
     size_t n = (size_t)x->n_tok * (size_t)x->out[0];
@@ -161,4 +161,4 @@ static dsq_status gptq_expert(dsq_seq_expert *x, dsq_seq_report *rep)
 }
 
 const dsq_method dsq_method_gptq = {"gptq", DSQ_STAT_XTX, DSQ_INT_FORMAT_GPTQ, 2048, NULL, dsq_seq_gptq_layer, NULL,
-                                    gptq_expert};
+                                    dsq_seq_gptq_expert};

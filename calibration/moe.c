@@ -23,6 +23,7 @@
 #include "core/fileio.h"
 #include "core/log.h"
 #include "formats/block.h"
+#include "quantizers/awq.h"
 
 /* The expert linears in description order (gate, up, down). */
 static int expert_ids(const dsq_block_desc *d, int *id)
@@ -85,6 +86,9 @@ static dsq_status expert_copy(dsq_seq_expert *x, dsq_seq_layer *s, dsq_seq_runne
             expert_free(x);
             return st;
         }
+        /* the input group's scales, folded into the norm before it (fold.c) */
+        if (s->expert_in && s->d->groups[s->d->linears[id[k]].group].src == DSQ_SRC_NORM)
+            dsq_awq_scale_cols(x->w[k], W->out, W->in, s->expert_in);
     }
     return DSQ_OK;
 }
@@ -147,6 +151,7 @@ static dsq_status count_quantized(const dsq_seq_expert *x, dsq_seq_report *rep)
 
 typedef struct moe_bufs {
     int64_t N, D, E, K, F;
+    const float *in; /* the N normed rows the experts read: xn, or the eval's own */
     float *xn, *logits, *wt, *xe, *ye, *act, *tmp, *tw;
     int32_t *idx, *tok;
 } moe_bufs;
@@ -158,13 +163,16 @@ static void bufs_free(moe_bufs *b)
     memset(b, 0, sizeof *b);
 }
 
-static dsq_status bufs_alloc(moe_bufs *b, const dsq_seq_layer *s, const dsq_seq_runner *r)
+/* Buffers for N rows; in NULL: the rows are computed into b->xn. */
+static dsq_status bufs_alloc(moe_bufs *b, const dsq_seq_layer *s, const dsq_seq_runner *r, int64_t n, const float *in)
 {
     const dsq_arch *a = &s->m->arch;
-    b->N = (int64_t)r->n_samples * r->seqlen, b->D = s->m->dim, b->E = a->moe.n_routed, b->K = a->moe.top_k;
+    memset(b, 0, sizeof *b);
+    b->N = n, b->D = s->m->dim, b->E = a->moe.n_routed, b->K = a->moe.top_k;
     b->F = a->moe.ffn;
-    size_t N = (size_t)b->N, D = (size_t)b->D;
-    b->xn = dsq_bigbuf_alloc(N * D * sizeof(float));
+    size_t N = (size_t)(b->N > 0 ? b->N : 1), D = (size_t)b->D; /* an eval of no rows streams experts only */
+    b->xn = in ? NULL : dsq_bigbuf_alloc(N * D * sizeof(float));
+    b->in = in ? in : b->xn;
     b->xe = dsq_bigbuf_alloc(N * D * sizeof(float));
     b->ye = dsq_bigbuf_alloc(N * D * sizeof(float));
     /* act / tmp: an expert's activations on every token, or the shared experts' on one sample */
@@ -176,7 +184,7 @@ static dsq_status bufs_alloc(moe_bufs *b, const dsq_seq_layer *s, const dsq_seq_
     b->idx = malloc(N * (size_t)b->K * sizeof(int32_t));
     b->tok = malloc(N * sizeof(int32_t));
     b->tw = malloc(N * sizeof(float));
-    if (b->xn && b->xe && b->ye && b->act && b->tmp && b->logits && b->wt && b->idx && b->tok && b->tw) return DSQ_OK;
+    if (b->in && b->xe && b->ye && b->act && b->tmp && b->logits && b->wt && b->idx && b->tok && b->tw) return DSQ_OK;
     bufs_free(b);
     return dsq_fail(DSQ_ERR_NOMEM, "layer %d: out of memory for the MoE calibration buffers (%lld tokens)", s->l,
                     (long long)N);
@@ -205,14 +213,15 @@ static dsq_status add_shared(dsq_seq_layer *s, dsq_seq_runner *r, moe_bufs *b, f
     if (g < 0 || u < 0 || dn < 0) return dsq_fail(DSQ_ERR_INTERNAL, "layer %d: no shared expert linears", s->l);
     int64_t F = L->lin[g].out;
     for (int64_t t0 = 0; t0 < b->N; t0 += r->seqlen) {
-        const float *x = b->xn + t0 * b->D;
+        const float *x = b->in + t0 * b->D;
+        int n = b->N - t0 < r->seqlen ? (int)(b->N - t0) : r->seqlen;
         float *tmp = b->tmp, *act = b->act; /* sized for one sample of the shared MLP */
-        DSQ_TRY(dsq_ctx_matmul(r->ctx, &L->lin[g], x, act, r->seqlen));
-        DSQ_TRY(dsq_ctx_matmul(r->ctx, &L->lin[u], x, tmp, r->seqlen));
-        dsq_ctx_swiglu(r->ctx, act, tmp, act, (size_t)r->seqlen * (size_t)F);
-        DSQ_TRY(dsq_ctx_matmul(r->ctx, &L->lin[dn], act, b->ye, r->seqlen));
+        DSQ_TRY(dsq_ctx_matmul(r->ctx, &L->lin[g], x, act, n));
+        DSQ_TRY(dsq_ctx_matmul(r->ctx, &L->lin[u], x, tmp, n));
+        dsq_ctx_swiglu(r->ctx, act, tmp, act, (size_t)n * (size_t)F);
+        DSQ_TRY(dsq_ctx_matmul(r->ctx, &L->lin[dn], act, b->ye, n));
         float *h = hout + t0 * b->D;
-        for (int64_t i = 0; i < (int64_t)r->seqlen * b->D; i++) h[i] += b->ye[i];
+        for (int64_t i = 0; i < (int64_t)n * b->D; i++) h[i] += b->ye[i];
     }
     return DSQ_OK;
 }
@@ -236,7 +245,7 @@ static dsq_status add_routed(dsq_seq_expert *x, moe_bufs *b, int64_t n, float *h
 static void gather(const moe_bufs *b, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
-        memcpy(b->xe + i * b->D, b->xn + (int64_t)b->tok[i] * b->D, (size_t)b->D * sizeof(float));
+        memcpy(b->xe + i * b->D, b->in + (int64_t)b->tok[i] * b->D, (size_t)b->D * sizeof(float));
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -316,22 +325,35 @@ static const float *mlp_norm(const dsq_seq_layer *s, int gate_id)
     return g->src == DSQ_SRC_NORM ? s->m->layers[s->l].norm[g->src_index] : NULL;
 }
 
+static int router_of(const dsq_block_desc *d)
+{
+    for (int i = 0; i < d->n_linears; i++)
+        if (d->linears[i].router) return i;
+    return -1;
+}
+
+/* The top-k experts and weights of every row of b->in, by the layer's float router. */
+static dsq_status route_rows(dsq_seq_layer *s, dsq_seq_runner *r, moe_bufs *b)
+{
+    const dsq_layer *L = &s->m->layers[s->l];
+    int router = router_of(s->d);
+    if (router < 0) return dsq_fail(DSQ_ERR_INTERNAL, "layer %d: no router", s->l);
+    if (b->N == 0) return DSQ_OK;
+    DSQ_TRY(dsq_ctx_matmul_f32(r->ctx, &L->lin[router], b->in, b->logits, (int)b->N));
+    return dsq_ctx_moe_route(r->ctx, &s->m->arch.moe, b->logits, L->router_bias, b->idx, b->wt, (int)b->N);
+}
+
 static dsq_status experts_with_data(dsq_seq_layer *s, dsq_seq_runner *r, const int *id, const float *hin, float *hout,
                                     dsq_seq_report *rep, dsq_seq_keep *keep, int64_t *counts)
 {
     moe_bufs b;
-    DSQ_TRY(bufs_alloc(&b, s, r));
-    const dsq_layer *L = &s->m->layers[s->l];
-    int router = -1;
-    for (int i = 0; i < s->d->n_linears; i++)
-        if (s->d->linears[i].router) router = i;
+    DSQ_TRY(bufs_alloc(&b, s, r, (int64_t)r->n_samples * r->seqlen, NULL));
     const float *nw = mlp_norm(s, id[0]);
-    dsq_status st = router >= 0 && nw ? DSQ_OK : dsq_fail(DSQ_ERR_INTERNAL, "layer %d: no router or MLP norm", s->l);
+    dsq_status st = nw ? DSQ_OK : dsq_fail(DSQ_ERR_INTERNAL, "layer %d: no MLP norm", s->l);
     /* the attention half with its quantized weights, then the routing of every token */
     if (st == DSQ_OK) st = dsq_seq_run_pass(r, s->l, 0, hin, hout, r->n_samples, NULL);
     if (st == DSQ_OK) dsq_ctx_rmsnorm(r->ctx, hout, nw, b.xn, (int)b.N, b.D);
-    if (st == DSQ_OK) st = dsq_ctx_matmul_f32(r->ctx, &L->lin[router], b.xn, b.logits, (int)b.N);
-    if (st == DSQ_OK) st = dsq_ctx_moe_route(r->ctx, &s->m->arch.moe, b.logits, L->router_bias, b.idx, b.wt, (int)b.N);
+    if (st == DSQ_OK) st = route_rows(s, r, &b);
     if (st == DSQ_OK) st = add_shared(s, r, &b, hout);
     int64_t below = 0;
     int min_tok = s->o->expert_min_tokens > 0 ? s->o->expert_min_tokens : DSQ_EXPERT_MIN_TOKENS_DEFAULT;
@@ -353,4 +375,67 @@ dsq_status dsq_seq_moe_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *h
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s does not calibrate MoE experts yet", s->o->method->name);
     if (!r->ctx) return experts_without_data(s, r, id, rep, keep);
     return experts_with_data(s, r, id, hin, hout, rep, keep, counts);
+}
+
+/* ---- the MLP as the methods' loss (seq_internal.h dsq_seq_moe_eval) ---- */
+
+dsq_status dsq_seq_moe_eval_init(dsq_seq_moe_eval *e, dsq_seq_layer *s, dsq_seq_runner *r, const float *x, int64_t n)
+{
+    memset(e, 0, sizeof *e);
+    int id[DSQ_INT_EXPERT_LINEARS];
+    DSQ_TRY(check_experts(s, id, expert_ids(s->d, id)));
+    moe_bufs *b = calloc(1, sizeof *b);
+    if (!b) return dsq_fail(DSQ_ERR_NOMEM, "layer %d: out of memory", s->l);
+    dsq_status st = bufs_alloc(b, s, r, n, x);
+    if (st == DSQ_OK) st = route_rows(s, r, b);
+    if (st != DSQ_OK) {
+        bufs_free(b);
+        free(b);
+        return st;
+    }
+    e->s = s, e->r = r, e->b = b;
+    return DSQ_OK;
+}
+
+void dsq_seq_moe_eval_free(dsq_seq_moe_eval *e)
+{
+    if (e->b) bufs_free(e->b);
+    free(e->b);
+    e->b = NULL;
+}
+
+/* Expert ex on its rows: copied, edited, added into y (NULL: statistics only). */
+static dsq_status eval_expert(dsq_seq_moe_eval *e, int ex, dsq_seq_expert_edit_fn fn, void *user, float *y)
+{
+    moe_bufs *b = e->b;
+    int id[DSQ_INT_EXPERT_LINEARS];
+    expert_ids(e->s->d, id);
+    int64_t n = routed(b, ex);
+    if (y && n == 0) return DSQ_OK; /* adds nothing */
+    gather(b, n);
+    dsq_seq_expert x;
+    DSQ_TRY(expert_copy(&x, e->s, e->r, id, ex));
+    x.x = b->xe, x.n_tok = n;
+    dsq_status st = fn ? fn(user, &x) : DSQ_OK;
+    if (st == DSQ_OK && y) st = add_routed(&x, b, n, y);
+    if (st != DSQ_OK) {
+        expert_free(&x);
+        return dsq_fail_context(st, "expert %d", ex);
+    }
+    return expert_end(&x, NULL);
+}
+
+dsq_status dsq_seq_moe_eval_run(dsq_seq_moe_eval *e, dsq_seq_expert_edit_fn edit, void *user, float *y)
+{
+    moe_bufs *b = e->b;
+    memset(y, 0, (size_t)(b->N * b->D) * sizeof *y);
+    DSQ_TRY(add_shared(e->s, e->r, b, y));
+    for (int ex = 0; ex < b->E; ex++) DSQ_TRY(eval_expert(e, ex, edit, user, y));
+    return DSQ_OK;
+}
+
+dsq_status dsq_seq_moe_each_expert(dsq_seq_moe_eval *e, dsq_seq_expert_edit_fn fn, void *user)
+{
+    for (int ex = 0; ex < ((moe_bufs *)e->b)->E; ex++) DSQ_TRY(eval_expert(e, ex, fn, user, NULL));
+    return DSQ_OK;
 }

@@ -31,6 +31,10 @@ struct dsq_seq_layer {
     bool present[DSQ_BLOCK_MAX_LINEARS];
     float k_scale, v_scale; /* FP8 KV-cache scales (w8.kv_fp8) */
     bool installed;         /* the copies are in the model */
+    /* MoE: the scales folded into the routed experts' input group, which each
+     * expert's gate/up columns take when it is copied (NULL: none) */
+    float *expert_in;
+    int64_t expert_in_cols;
 };
 
 /* The kept memory: add one block, or take back everything added since a mark
@@ -60,6 +64,21 @@ bool dsq_seq_lin_present(const dsq_seq_layer *s, int id);
 int dsq_seq_group_first(const dsq_seq_layer *s, int g);
 /* Whether any linear of group g may be quantized. */
 bool dsq_seq_group_any(const dsq_seq_layer *s, int g);
+
+/* ---- folding per-channel scales (calibration/fold.c) ---- */
+
+/* Whether group g's input (cols wide) has a producer that takes per-channel
+ * scales exactly: a norm, a linear with one row per column, MLA's value rows. */
+bool dsq_seq_group_foldable(const dsq_seq_layer *s, int g, int64_t cols);
+/* Whether group g of this layer has routed-expert members. */
+bool dsq_seq_group_has_experts(const dsq_seq_layer *s, int g);
+/* Whether every member of group g but the router may be quantized (experts
+ * by their shape), and there is one. */
+bool dsq_seq_group_quantizable(const dsq_seq_layer *s, int g);
+/* The producer of group g's input divides by sc [cols], every member the
+ * layer holds (the router too) multiplies its columns; with routed-expert
+ * members, sc is kept in s->expert_in for moe.c to apply to each expert. */
+dsq_status dsq_seq_fold_scales(dsq_seq_layer *s, int g, const float *sc, int64_t cols);
 
 /* What a pass's linear hook does. */
 typedef struct dsq_seq_hooks {
@@ -104,6 +123,10 @@ dsq_status dsq_seq_run_pass(dsq_seq_runner *r, int l, int half, const float *in,
  * copies: s->q[id] for every ok linear, hout the layer's output. */
 dsq_status dsq_seq_gptq_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *hin, float *hout,
                               struct dsq_seq_report *rep);
+struct dsq_seq_expert;
+/* GPTQ of a routed expert: gate and up from its rows, down from the
+ * activations of the quantized gate and up (x->q). */
+dsq_status dsq_seq_gptq_expert(struct dsq_seq_expert *x, struct dsq_seq_report *rep);
 
 /* ---- MoE layers (calibration/moe.c) ---- */
 
@@ -127,6 +150,30 @@ typedef struct dsq_seq_expert {
     int64_t n_tok;
 } dsq_seq_expert;
 
+/* An expert's up -> down scales: up's rows divide, down's columns multiply. */
+void dsq_seq_expert_fold_down(dsq_seq_expert *x, const float *sc);
+
+/* The MoE MLP of a layer on n rows of its normed input, for the methods'
+ * searches over the experts' input group, with memory bounded by one
+ * expert: the rows are routed once by the float router; each run adds the
+ * shared experts (the layer's current copies) and every routed expert on
+ * its rows, each copied to F32 and passed to edit first (fake quantization
+ * under candidate scales; NULL: as stored). */
+typedef dsq_status (*dsq_seq_expert_edit_fn)(void *user, dsq_seq_expert *x);
+typedef struct dsq_seq_moe_eval {
+    dsq_seq_layer *s;
+    dsq_seq_runner *r;
+    void *b; /* moe.c's buffers */
+} dsq_seq_moe_eval;
+dsq_status dsq_seq_moe_eval_init(dsq_seq_moe_eval *e, dsq_seq_layer *s, dsq_seq_runner *r, const float *x,
+                                 int64_t n);
+/* y [n x dim] = the MLP's output on the rows. */
+dsq_status dsq_seq_moe_eval_run(dsq_seq_moe_eval *e, dsq_seq_expert_edit_fn edit, void *user, float *y);
+/* Each routed expert in turn, copied to F32 (its input scales applied),
+ * with x->x / x->n_tok its routed rows among the eval's rows. */
+dsq_status dsq_seq_moe_each_expert(dsq_seq_moe_eval *e, dsq_seq_expert_edit_fn fn, void *user);
+void dsq_seq_moe_eval_free(dsq_seq_moe_eval *e);
+
 /* "model.layers.N.mlp.experts.E.<proj>" of expert linear k, for messages. */
 void dsq_seq_expert_name(const dsq_seq_expert *x, int k, char *buf, size_t cap);
 /* y = silu(gate x) * up x for the expert's current (quantized) gate and up:
@@ -143,12 +190,19 @@ dsq_status dsq_seq_moe_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *h
 
 /* Every weight, bias and norm of the copies finite, else an error naming the tensor. */
 dsq_status dsq_seq_w8_check_finite(const dsq_seq_layer *s);
-/* The same for each linear of a routed expert (finite checks first). */
+/* The same for each linear of a routed expert. */
+dsq_status dsq_seq_w8_expert_check_finite(const dsq_seq_expert *x);
+/* s->w8's scheme by RTN on each linear of a routed expert (finite checks first). */
 dsq_status dsq_seq_w8_expert_rtn(dsq_seq_expert *x);
 /* s->w[id] -> s->q8[id] under the method's scheme by RTN, then w = its dequantized value. */
 dsq_status dsq_seq_w8_rtn(dsq_seq_layer *s, int id);
 /* GPTQ's 8-bit symmetric per-channel codes s->q[id] as the INT8 weight s->q8[id]. */
 dsq_status dsq_seq_w8_from_gptq(dsq_seq_layer *s, int id);
+/* The same for every linear of a routed expert that GPTQ quantized. */
+dsq_status dsq_seq_w8_expert_from_gptq(dsq_seq_expert *x);
+/* Static input scales of a routed expert from its statistics rows: gate and
+ * up from its input, down from the activations of its quantized gate and up. */
+dsq_status dsq_seq_w8_expert_act_scales(dsq_seq_expert *x);
 /* Runs the layer (as it now is) from hin into hout, collecting what the
  * scheme needs: static input scales (max |x| of each group's input over all
  * tokens) and, with kv_fp8, k_scale / v_scale. */

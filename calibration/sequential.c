@@ -166,7 +166,7 @@ static dsq_status check_opts(const dsq_model *m, const dsq_calib_set *calib, con
         return dsq_fail(DSQ_ERR_ARG, "%s needs calibration samples", o->method->name);
     if (o->method->check) DSQ_TRY(o->method->check(o));
     if (m->arch.moe.n_routed > 0 && !o->method->expert)
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s does not calibrate MoE experts yet (%s: rtn and gptq do)",
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s does not calibrate MoE experts yet (%s)",
                         o->method->name, m->arch.hf_architecture);
     if (o->q.bits != 2 && o->q.bits != 3 && o->q.bits != 4 && o->q.bits != 8)
         return dsq_fail(DSQ_ERR_ARG, "--w-bit %d: supported widths are 2, 3, 4 and 8", o->q.bits);

@@ -17,12 +17,7 @@ double dsq_sq_default_alpha(const dsq_arch *a)
 
 dsq_status dsq_sq_check_model(const dsq_arch *a, const dsq_block_desc *d)
 {
-    for (int i = 0; i < d->n_linears; i++)
-        if (d->linears[i].expert)
-            return dsq_fail(DSQ_ERR_UNSUPPORTED,
-                            "smoothquant: %s is a MoE expert linear (%s); smoothing through a router is not "
-                            "supported",
-                            d->linears[i].hf, a->hf_architecture);
+    (void)d;
     /* Gemma's RMSNorm multiplies by (1 + w): dividing w by s would be wrong.
      * Our block table has no offset norm; refuse such models by name. */
     if (!strncmp(a->hf_architecture, "Gemma", 5) || !strncmp(a->model_type, "gemma", 5))
@@ -171,21 +166,40 @@ dsq_status dsq_sq_eval_error(dsq_sq_eval *e, const float *s, double *err)
     return DSQ_OK;
 }
 
-dsq_status dsq_sq_search_alpha(dsq_sq_eval *e, const float *xmax, const float *wmax, double start_alpha,
-                               dsq_sq_search *out)
+static double grid_alpha(int i, double start) { return i == 0 ? start : (double)(i - 1) / DSQ_SQ_GRID_STEPS; }
+
+dsq_status dsq_sq_grid_errors(dsq_sq_eval *e, const float *xmax, const float *wmax, double start_alpha, double weight,
+                              double *err)
 {
     float *s = malloc((size_t)e->cols * sizeof *s);
     if (!s) return dsq_fail(DSQ_ERR_NOMEM, "smoothquant: out of memory");
-    dsq_sq_scales(xmax, wmax, e->cols, start_alpha, s);
-    dsq_status st = dsq_sq_eval_error(e, s, &out->start_err);
-    out->alpha = start_alpha, out->err = out->start_err;
-    for (int i = 0; i <= DSQ_SQ_GRID_STEPS && st == DSQ_OK; i++) {
-        double a = (double)i / DSQ_SQ_GRID_STEPS, err;
-        if (fabs(a - start_alpha) < 1e-12) continue;
+    dsq_status st = DSQ_OK;
+    for (int i = 0; i < DSQ_SQ_GRID_N && st == DSQ_OK; i++) {
+        double a = grid_alpha(i, start_alpha), v = 0;
+        if (i > 0 && fabs(a - start_alpha) < 1e-12) continue;
         dsq_sq_scales(xmax, wmax, e->cols, a, s);
-        st = dsq_sq_eval_error(e, s, &err);
-        if (st == DSQ_OK && err < out->err) out->alpha = a, out->err = err;
+        st = dsq_sq_eval_error(e, s, &v);
+        err[i] += weight * v;
     }
     free(s);
     return st;
+}
+
+void dsq_sq_grid_pick(const double *err, double start_alpha, dsq_sq_search *out)
+{
+    out->alpha = start_alpha, out->err = out->start_err = err[0];
+    for (int i = 1; i < DSQ_SQ_GRID_N; i++) {
+        double a = grid_alpha(i, start_alpha);
+        if (fabs(a - start_alpha) < 1e-12) continue;
+        if (err[i] < out->err) out->alpha = a, out->err = err[i];
+    }
+}
+
+dsq_status dsq_sq_search_alpha(dsq_sq_eval *e, const float *xmax, const float *wmax, double start_alpha,
+                               dsq_sq_search *out)
+{
+    double err[DSQ_SQ_GRID_N] = {0};
+    DSQ_TRY(dsq_sq_grid_errors(e, xmax, wmax, start_alpha, 1.0, err));
+    dsq_sq_grid_pick(err, start_alpha, out);
+    return DSQ_OK;
 }

@@ -36,12 +36,14 @@
 
 /* The grid alpha auto searches: 0, 0.05, ..., 1. */
 #define DSQ_SQ_GRID_STEPS 20
+/* Its candidates: the start alpha, then the grid. */
+#define DSQ_SQ_GRID_N (DSQ_SQ_GRID_STEPS + 2)
 
 /* The default alpha for a (see above). */
 double dsq_sq_default_alpha(const dsq_arch *a);
 
-/* Whether SmoothQuant can run on the block d of a: MoE expert linears and
- * offset norms ((1 + w) RMSNorm, Gemma) are refused naming what is refused. */
+/* Whether SmoothQuant can run on the block d of a: offset norms ((1 + w)
+ * RMSNorm, Gemma) are refused by name. */
 dsq_status dsq_sq_check_model(const dsq_arch *a, const dsq_block_desc *d);
 
 /* amax[c] = max(amax[c], |x[t][c]|) over n rows of cols. Returns the flat
@@ -88,5 +90,11 @@ typedef struct dsq_sq_search {
 } dsq_sq_search;
 dsq_status dsq_sq_search_alpha(dsq_sq_eval *e, const float *xmax, const float *wmax, double start_alpha,
                                dsq_sq_search *out);
+/* The search in parts, for groups whose linears are not in memory together
+ * (MoE experts, each on its own rows): err[DSQ_SQ_GRID_N] (zeroed) takes
+ * weight x e's error at every candidate, then pick chooses as above. */
+dsq_status dsq_sq_grid_errors(dsq_sq_eval *e, const float *xmax, const float *wmax, double start_alpha, double weight,
+                              double *err);
+void dsq_sq_grid_pick(const double *err, double start_alpha, dsq_sq_search *out);
 
 #endif

@@ -38,13 +38,22 @@ dsq_status dsq_seq_w8_check_finite(const dsq_seq_layer *s)
     return DSQ_OK;
 }
 
-dsq_status dsq_seq_w8_expert_rtn(dsq_seq_expert *x)
+dsq_status dsq_seq_w8_expert_check_finite(const dsq_seq_expert *x)
 {
     for (int k = 0; k < DSQ_INT_EXPERT_LINEARS; k++) {
-        char name[192], leaf[128];
-        dsq_seq_expert_name(x, k, name, sizeof name);
+        char leaf[128];
         snprintf(leaf, sizeof leaf, x->s->d->linears[x->id[k]].hf, x->e);
         DSQ_TRY(finite_vec(x->w[k], x->out[k] * x->in[k], x->in[k], "weight", x->s->l, leaf));
+    }
+    return DSQ_OK;
+}
+
+dsq_status dsq_seq_w8_expert_rtn(dsq_seq_expert *x)
+{
+    DSQ_TRY(dsq_seq_w8_expert_check_finite(x));
+    for (int k = 0; k < DSQ_INT_EXPERT_LINEARS; k++) {
+        char name[192];
+        dsq_seq_expert_name(x, k, name, sizeof name);
         DSQ_TRY(dsq_w8q_quantize(x->w[k], x->out[k], x->in[k], &x->s->o->w8.scheme, name, &x->q8[k]));
         x->has_q8[k] = true;
         DSQ_TRY(dsq_w8q_dequantize(&x->q8[k], x->w[k]));
@@ -68,19 +77,17 @@ dsq_status dsq_seq_w8_rtn(dsq_seq_layer *s, int id)
  * dequantized value (code - 128) * s is the INT8 value code - 128 times s,
  * bit for bit. (A row without negative weights keeps xmin = 0 under GPTQ's
  * rule, so s = amax / 255 there: still an INT8 grid, a finer one.) */
-dsq_status dsq_seq_w8_from_gptq(dsq_seq_layer *s, int id)
+/* q -> out under sch; w holds GPTQ's dequantized weights, which the INT8
+ * weight must give bit for bit. */
+static dsq_status w8_from_intq(const dsq_intq *q, const float *w, const dsq_w8_scheme *sch, const char *name,
+                               dsq_w8q *o)
 {
-    const dsq_intq *q = &s->q[id];
-    char name[160];
-    dsq_seq_lin_name(s, id, name, sizeof name);
     if (q->bits != 8 || !q->sym || q->n_groups != 1 || q->g_idx)
         return dsq_fail(DSQ_ERR_ARG,
                         "%s: GPTQ codes are %d-bit, %s, %lld groups per row; INT8 W8A8 needs 8-bit "
                         "symmetric per-channel codes",
                         name, q->bits, q->sym ? "sym" : "asym", (long long)q->n_groups);
-    dsq_w8_scheme sch = s->o->w8.scheme;
-    DSQ_TRY(dsq_w8q_alloc(&sch, q->rows, q->cols, &s->q8[id]));
-    dsq_w8q *o = &s->q8[id];
+    DSQ_TRY(dsq_w8q_alloc(sch, q->rows, q->cols, o));
     for (int64_t r = 0; r < q->rows; r++) {
         if (q->zeros[r] != 128) {
             dsq_w8q_free(o);
@@ -91,23 +98,63 @@ dsq_status dsq_seq_w8_from_gptq(dsq_seq_layer *s, int id)
         for (int64_t c = 0; c < q->cols; c++)
             o->codes[r * q->cols + c] = (uint8_t)(int8_t)((int)q->codes[r * q->cols + c] - 128);
     }
-    /* s->w[id] holds GPTQ's dequantized weights: the INT8 weight must give them bit for bit */
     size_t n = (size_t)(q->rows * q->cols);
     float *chk = malloc(n * sizeof *chk);
     dsq_status st = chk ? dsq_w8q_dequantize(o, chk) : dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", name);
     for (size_t i = 0; st == DSQ_OK && i < n; i++)
-        if (memcmp(&chk[i], &s->w[id][i], sizeof *chk))
-            st = dsq_fail(DSQ_ERR_NUMERIC, "%s: INT8 weight in row %zu (%g) differs from GPTQ's (%g)", name, i / (size_t)q->cols,
-                          (double)chk[i], (double)s->w[id][i]);
+        if (memcmp(&chk[i], &w[i], sizeof *chk))
+            st = dsq_fail(DSQ_ERR_NUMERIC, "%s: INT8 weight in row %zu (%g) differs from GPTQ's (%g)", name,
+                          i / (size_t)q->cols, (double)chk[i], (double)w[i]);
     free(chk);
-    if (st != DSQ_OK) {
-        dsq_w8q_free(o);
-        return st;
-    }
+    if (st != DSQ_OK) dsq_w8q_free(o);
+    return st;
+}
+
+dsq_status dsq_seq_w8_from_gptq(dsq_seq_layer *s, int id)
+{
+    char name[160];
+    dsq_seq_lin_name(s, id, name, sizeof name);
+    DSQ_TRY(w8_from_intq(&s->q[id], s->w[id], &s->o->w8.scheme, name, &s->q8[id]));
     s->has_q8[id] = true;
     s->has_q[id] = false;
     dsq_intq_free(&s->q[id]);
     return DSQ_OK;
+}
+
+dsq_status dsq_seq_w8_expert_from_gptq(dsq_seq_expert *x)
+{
+    for (int k = 0; k < DSQ_INT_EXPERT_LINEARS; k++) {
+        if (!x->has_q[k]) continue;
+        char name[192];
+        dsq_seq_expert_name(x, k, name, sizeof name);
+        DSQ_TRY(w8_from_intq(&x->q[k], x->w[k], &x->s->o->w8.scheme, name, &x->q8[k]));
+        x->has_q8[k] = true;
+        x->has_q[k] = false;
+        dsq_intq_free(&x->q[k]);
+    }
+    return DSQ_OK;
+}
+
+static float max_abs(const float *x, int64_t n)
+{
+    float m = 0.0f;
+    for (int64_t i = 0; i < n; i++) m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+    return m;
+}
+
+dsq_status dsq_seq_w8_expert_act_scales(dsq_seq_expert *x)
+{
+    dsq_w8_kind kind = x->s->o->w8.scheme.kind;
+    float s_in = dsq_w8_static_scale(kind, max_abs(x->x, x->n_tok * x->in[0]));
+    x->q8[0].act_scale = x->q8[1].act_scale = s_in;
+    size_t n = (size_t)x->n_tok * (size_t)x->out[0];
+    float *act = malloc((n ? n : 1) * sizeof *act), *tmp = malloc((n ? n : 1) * sizeof *tmp);
+    dsq_status st = act && tmp ? dsq_seq_expert_act(x, x->x, x->n_tok, act, tmp)
+                               : dsq_fail(DSQ_ERR_NOMEM, "out of memory for an expert's activations");
+    if (st == DSQ_OK) x->q8[2].act_scale = dsq_w8_static_scale(kind, max_abs(act, (int64_t)n));
+    free(act);
+    free(tmp);
+    return st;
 }
 
 /* ---- the last pass ---- */

@@ -115,3 +115,17 @@ int dsq_block_find_linear(const dsq_block_desc *d, const char *role)
         if (!strcmp(d->linears[i].role, role)) return i;
     return -1;
 }
+
+int64_t dsq_block_src_row(const dsq_block_desc *d, const dsq_arch *a, int g, int64_t c)
+{
+    if (d->groups[g].src != DSQ_SRC_MLA_VALUES) return c;
+    int64_t vh = a->mla.v_head_dim, nope = a->mla.qk_nope_head_dim;
+    return (c / vh) * (nope + vh) + nope + c % vh;
+}
+
+int dsq_block_first_expert(const dsq_block_desc *d)
+{
+    for (int i = 0; i < d->n_linears; i++)
+        if (d->linears[i].expert) return i;
+    return -1;
+}

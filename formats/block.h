@@ -78,6 +78,11 @@ typedef enum dsq_block_src {
      * (attention's value path when heads map one to one; SwiGLU's up):
      * scales fold into that linear's rows (src = its index in linears) */
     DSQ_SRC_LINEAR,
+    /* MLA's kv_b: per head, qk_nope_head_dim key rows, then v_head_dim value
+     * rows; the group's input column h * v_head_dim + d is head h's attention
+     * output of value row d, a convex mix of that row's outputs, so a scale
+     * folds into that row (src = kv_b's index in linears) */
+    DSQ_SRC_MLA_VALUES,
 } dsq_block_src;
 
 typedef struct dsq_block_norm {
@@ -149,6 +154,11 @@ bool dsq_block_linear_present(const dsq_block_desc *d, const dsq_arch *a, int64_
 int64_t dsq_block_norm_dim(const dsq_block_desc *d, const dsq_arch *a, int i);
 /* DSQ_ERR_UNSUPPORTED naming the architecture and `what` unless d has every capability in caps. */
 dsq_status dsq_block_require(const dsq_block_desc *d, const dsq_arch *a, unsigned caps, const char *what);
+/* The row of group g's producing linear (src LINEAR or MLA_VALUES) whose
+ * output is the group's input column c. */
+int64_t dsq_block_src_row(const dsq_block_desc *d, const dsq_arch *a, int g, int64_t c);
+/* The first routed-expert linear in description order, or -1 (a dense block). */
+int dsq_block_first_expert(const dsq_block_desc *d);
 /* Index of the linear whose role is `role`, or -1. */
 int dsq_block_find_linear(const dsq_block_desc *d, const char *role);
 

@@ -20,13 +20,16 @@ static const dsq_block_norm g_norms[] = {
 
 /* AWQ's groups for MLA and MoE: input_layernorm -> q (or q_a) / kv_a (loss:
  * the attention), q_a_layernorm -> q_b, kv_a_layernorm -> kv_b, kv_b's values
- * -> o; post_attention_layernorm -> every gate/up and the router (loss: the
- * MLP), each up -> its down. */
+ * -> o (each head has its own values, so every o column has one producing
+ * row); post_attention_layernorm -> every gate/up and the router (loss: the
+ * MLP; the router takes the scales unquantized, so routing is unchanged),
+ * each up -> its down. AutoAWQ's deepseek_v2/v3 models list the same groups
+ * except v -> o and the router. */
 static const dsq_block_group g_groups[] = {
     [DSQ_DS_G_ATTN_IN] = {"attn_in", 0, DSQ_SRC_NORM, NORM_ATTN, true, false},
     [DSQ_DS_G_QB_IN] = {"q_b_in", 0, DSQ_SRC_NORM, NORM_QA, false, false},
     [DSQ_DS_G_KVB_IN] = {"kv_b_in", 0, DSQ_SRC_NORM, NORM_KVA, false, false},
-    [DSQ_DS_G_ATTN_OUT] = {"attn_out", 0, DSQ_SRC_LINEAR, DSQ_DS_KV_B, false, true},
+    [DSQ_DS_G_ATTN_OUT] = {"attn_out", 0, DSQ_SRC_MLA_VALUES, DSQ_DS_KV_B, false, true},
     [DSQ_DS_G_MLP_IN] = {"mlp_in", 1, DSQ_SRC_NORM, NORM_FFN, true, false},
     [DSQ_DS_G_EX_OUT] = {"exp_out", 1, DSQ_SRC_LINEAR, DSQ_DS_EX_UP, false, false},
     [DSQ_DS_G_SH_OUT] = {"shexp_out", 1, DSQ_SRC_LINEAR, DSQ_DS_SH_UP, false, false},

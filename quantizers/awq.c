@@ -46,6 +46,28 @@ void dsq_awq_x_mean(const float *x, int64_t n_tok, int64_t cols, float *x_mean)
     free(acc);
 }
 
+dsq_status dsq_awq_w_mean_add(double *acc, int64_t *total, const float *w, int64_t rows, int64_t cols,
+                              int group_size)
+{
+    int64_t gs = group_size > 0 ? group_size : cols;
+    if (cols % gs) return dsq_fail(DSQ_ERR_ARG, "awq: group size %lld does not divide %lld", (long long)gs, (long long)cols);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = w + r * cols;
+        for (int64_t g0 = 0; g0 < cols; g0 += gs) {
+            float mx = 0.0f;
+            for (int64_t k = 0; k < gs; k++) mx = fmaxf(mx, fabsf(row[g0 + k]));
+            for (int64_t k = 0; k < gs; k++) acc[g0 + k] += fabsf(row[g0 + k]) / (mx + 1e-6f);
+        }
+    }
+    *total += rows;
+    return DSQ_OK;
+}
+
+void dsq_awq_w_mean_finish(const double *acc, int64_t total, int64_t cols, float *w_mean)
+{
+    for (int64_t c = 0; c < cols; c++) w_mean[c] = total ? (float)(acc[c] / (double)total) : 0.0f;
+}
+
 dsq_status dsq_awq_w_mean(const float *const *w, const int64_t *rows, int n, int64_t cols, int group_size,
                           float *w_mean)
 {
@@ -53,20 +75,11 @@ dsq_status dsq_awq_w_mean(const float *const *w, const int64_t *rows, int n, int
     if (cols % gs) return dsq_fail(DSQ_ERR_ARG, "awq: group size %lld does not divide %lld", (long long)gs, (long long)cols);
     double *acc = calloc((size_t)cols, sizeof *acc);
     if (!acc) return dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
-    for (int j = 0; j < n; j++) {
-        for (int64_t r = 0; r < rows[j]; r++) {
-            const float *row = w[j] + r * cols;
-            for (int64_t g0 = 0; g0 < cols; g0 += gs) {
-                float mx = 0.0f;
-                for (int64_t k = 0; k < gs; k++) mx = fmaxf(mx, fabsf(row[g0 + k]));
-                for (int64_t k = 0; k < gs; k++) acc[g0 + k] += fabsf(row[g0 + k]) / (mx + 1e-6f);
-            }
-        }
-        total += rows[j];
-    }
-    for (int64_t c = 0; c < cols; c++) w_mean[c] = total ? (float)(acc[c] / (double)total) : 0.0f;
+    dsq_status st = DSQ_OK;
+    for (int j = 0; j < n && st == DSQ_OK; j++) st = dsq_awq_w_mean_add(acc, &total, w[j], rows[j], cols, group_size);
+    if (st == DSQ_OK) dsq_awq_w_mean_finish(acc, total, cols, w_mean);
     free(acc);
-    return DSQ_OK;
+    return st;
 }
 
 void dsq_awq_ratio_scales(const float *x_mean, const float *w_mean, int64_t cols, double r, bool duo, float *s)

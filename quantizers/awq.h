@@ -48,6 +48,13 @@ void dsq_awq_x_mean(const float *x, int64_t n_tok, int64_t cols, float *x_mean);
 dsq_status dsq_awq_w_mean(const float *const *w, const int64_t *rows, int n, int64_t cols, int group_size,
                           float *w_mean);
 
+/* The same in parts, for linears that are not in memory together (MoE
+ * experts): acc [cols] (zeroed) and *total (0) take one linear at a time,
+ * then finish writes w_mean. */
+dsq_status dsq_awq_w_mean_add(double *acc, int64_t *total, const float *w, int64_t rows, int64_t cols,
+                              int group_size);
+void dsq_awq_w_mean_finish(const double *acc, int64_t total, int64_t cols, float *w_mean);
+
 /* The scales of grid ratio r (see above), normalised. */
 void dsq_awq_ratio_scales(const float *x_mean, const float *w_mean, int64_t cols, double r, bool duo, float *s);
 

@@ -390,18 +390,33 @@ static dsq_status half(dsq_ctx *c, int l, int h, float *hidden, int n, int pos0)
     return DSQ_OK;
 }
 
-/* Calibration is refused for this block (formats/block_deepseek.c has no
- * DSQ_BLOCK_CAN_CALIBRATE), so these two are never reached. */
+/* The attention runs sequence by sequence (each at positions 0..); a dense
+ * MLP on all rows at once. An MoE MLP has no tail product: its loss is
+ * computed expert by expert (calibration/moe.c). */
 static dsq_status tail_input(dsq_ctx *c, int l, int h, const float *xn, float *tx, float *work, int n_seq, int seqlen)
 {
-    (void)c, (void)xn, (void)tx, (void)work, (void)n_seq, (void)seqlen;
-    return dsq_fail(DSQ_ERR_UNSUPPORTED, "layer %d half %d: MLA/MoE tail inputs are not implemented", l, h);
+    ds_state *s = c->state;
+    if (h == HALF_MLP && dsq_arch_layer_is_moe(&c->m->arch, l))
+        return dsq_fail(DSQ_ERR_INTERNAL, "layer %d: an MoE MLP has no tail input", l);
+    if (h == HALF_MLP) {
+        int n = n_seq * seqlen;
+        DSQ_TRY(dsq_ctx_linear(c, l, DSQ_DS_GATE, xn, tx, n));
+        DSQ_TRY(dsq_ctx_linear(c, l, DSQ_DS_UP, xn, work, n));
+        c->be->swiglu(&c->ex, tx, work, tx, (size_t)n * (size_t)c->m->arch.intermediate_size);
+        return DSQ_OK;
+    }
+    DSQ_TRY(reserve(c, s, seqlen));
+    size_t in = (size_t)seqlen * (size_t)s->D, out = (size_t)seqlen * (size_t)(s->H * s->vh);
+    for (int i = 0; i < n_seq; i++) {
+        DSQ_TRY(attention_core(c, s, l, xn + (size_t)i * in, seqlen, 0));
+        c->be->copy(tx + (size_t)i * out, s->att, out);
+    }
+    return DSQ_OK;
 }
 
 static int64_t tail_work(const dsq_ctx *c, int h, int64_t n_tok)
 {
-    (void)c, (void)h, (void)n_tok;
-    return 0;
+    return h == HALF_MLP ? n_tok * c->m->arch.intermediate_size : 0;
 }
 
 const dsq_block_impl dsq_block_impl_deepseek2 = {&dsq_block_deepseek2, state_new, state_free, half, tail,
