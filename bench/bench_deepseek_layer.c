@@ -7,6 +7,9 @@
  *   gptq     GPTQ 4-bit groups of 128, expert by expert, straight from the FP8
  *            weights into a compressed-tensors folder, on random calibration
  *            tokens (content does not change time or memory);
+ *   awq      AWQ the same way (zero point, groups of 128): the MLP input
+ *            group's search runs the MoE expert by expert for each of its 20
+ *            candidates;
  * each in a child process (this program re-executed) whose peak RSS comes
  * from wait4. Targets (issue 12): peak RSS under 8 GiB while quantizing the
  * layer; conversion >= 0.7x cp. The folder has one decoder layer, a 1024-token
@@ -14,7 +17,7 @@
  * figure is layer time x 61.
  *
  * usage: bench_deepseek_layer --workdir DIR [--experts N] [--tokens T]
- *        [--stage all|write|convert|gptq] [--keep]
+ *        [--stage all|write|convert|gptq|awq] [--keep]
  * N (default 256) experts; with less disk, a smaller N measures the same
  * per-expert costs (memory stays one expert). T calibration tokens (2048). */
 #include <errno.h>
@@ -192,7 +195,8 @@ static void stage_convert(const char *in, const char *out)
     if (dsq_convert(in, out, DSQ_CONVERT_BF16, true, 0) != DSQ_OK) die(in);
 }
 
-static void stage_gptq(const char *in, const char *out, int tokens)
+/* GPTQ or AWQ (AutoAWQ's zero-point 4-bit groups of 128) into compressed-tensors. */
+static void stage_quant(const char *in, const char *out, int tokens, const dsq_method *method)
 {
     if (getenv("DSQ_BENCH_DEBUG")) dsq_log_set_level(DSQ_LOG_DEBUG);
     dsq_model *m;
@@ -204,16 +208,19 @@ static void stage_gptq(const char *in, const char *out, int tokens)
     if (!c.tokens) die("out of memory");
     for (int i = 0; i < c.n_samples * c.seqlen; i++) c.tokens[i] = (int32_t)(fp8_code() * 4 % VOCAB);
     dsq_seq_opts o = dsq_seq_default_opts();
-    o.method = &dsq_method_gptq;
-    o.q.bits = 4, o.q.group_size = 128, o.q.sym = true;
+    bool awq = method == &dsq_method_awq;
+    o.method = method;
+    o.q.bits = 4, o.q.group_size = 128, o.q.sym = !awq;
+    if (awq) o.awq.q = o.q;
     o.bf16 = dsq_cpu_has_avx512bf16();
-    dsq_int_spec spec = {.format = DSQ_INT_FORMAT_CT, .bits = 4, .group = 128, .sym = true, .damp = 0.01};
+    dsq_int_spec spec = {.format = DSQ_INT_FORMAT_CT, .bits = 4, .group = 128, .sym = !awq, .damp = 0.01};
     dsq_outdir *d;
     dsq_seq_report rep;
     if (dsq_outdir_open(out, true, &d) != DSQ_OK) die(out);
     if (dsq_int_export(m, &c, &o, &spec, d, &rep, NULL) != DSQ_OK) die(in);
     if (dsq_outdir_commit(d) != DSQ_OK) die(out);
-    printf("gptq: %lld linears, %.1f s, experts' tokens min %lld median %lld max %lld\n", (long long)rep.n_quantized,
+    printf("%s: %lld linears, %.1f s, experts' tokens min %lld median %lld max %lld\n", method->name,
+           (long long)rep.n_quantized,
            rep.seconds, (long long)rep.moe_tok_min, (long long)rep.moe_tok_median, (long long)rep.moe_tok_max);
     free(c.tokens);
     dsq_model_close(m);
@@ -282,7 +289,7 @@ int main(int argc, char **argv)
             keep = true;
         else {
             fprintf(stderr,
-                    "usage: %s --workdir DIR [--experts N] [--tokens T] [--stage all|write|convert|gptq] "
+                    "usage: %s --workdir DIR [--experts N] [--tokens T] [--stage all|write|convert|gptq|awq] "
                     "[--keep]\n",
                     argv[0]);
             return 2;
@@ -299,7 +306,8 @@ int main(int argc, char **argv)
     snprintf(gq, sizeof gq, "%s/gptq", work);
     if (!strcmp(stage, "write")) return stage_write(fp8, experts), 0;
     if (!strcmp(stage, "convert")) return stage_convert(fp8, bf16), 0;
-    if (!strcmp(stage, "gptq")) return stage_gptq(fp8, gq, tokens), 0;
+    if (!strcmp(stage, "gptq")) return stage_quant(fp8, gq, tokens, &dsq_method_gptq), 0;
+    if (!strcmp(stage, "awq")) return stage_quant(fp8, gq, tokens, &dsq_method_awq), 0;
     if (mkdir(work, 0755) && errno != EEXIST) die(work);
     char ne[16], nt[16];
     snprintf(ne, sizeof ne, "%d", experts);
@@ -333,6 +341,11 @@ int main(int argc, char **argv)
     if (rg.status) return 1;
     printf("gptq 4-bit g128, %d tokens: %.1f s for the layer (x61: %.1f h), peak RSS %.0f MiB (target 8192)\n", tokens,
            rg.secs, rg.secs * 61 / 3600, rg.rss_mb);
+    char *aw[] = {argv[0], "--workdir", (char *)work, "--tokens", nt, "--stage", "awq", NULL};
+    run_result ra = run_child(aw);
+    if (ra.status) return 1;
+    printf("awq 4-bit g128 zero point, %d tokens: %.1f s for the layer (x61: %.1f h), peak RSS %.0f MiB (target 8192)\n",
+           tokens, ra.secs, ra.secs * 61 / 3600, ra.rss_mb);
     if (!keep) {
         snprintf(cpcmd, sizeof cpcmd, "rm -rf -- '%s' '%s'", fp8, gq);
         if (system(cpcmd) != 0) fprintf(stderr, "bench_deepseek_layer: cleaning up failed\n");

@@ -47,6 +47,7 @@ typedef struct awq_group {
     bool experts;     /* routed experts are members too */
     const float *cur; /* the candidate scales a loss is computed for (NULL: float) */
     float *G;         /* single-linear loss: x^T x / n of the input over all tokens */
+    bool direct;      /* single-linear loss from the tokens (fewer than the columns) */
 } awq_group;
 
 static double mse(const float *a, const float *b, size_t n)
@@ -109,6 +110,11 @@ static dsq_status group_loss(void *user, const float *sc, double *loss)
         int id = gr->ids[k];
         DSQ_TRY(dsq_awq_fake_quant(a->backup[id], dsq_seq_lin_out(s, id), dsq_seq_lin_in(s, id), sc, &s->o->awq.q,
                                    s->w[id]));
+    }
+    if (gr->direct) {
+        int id = gr->ids[0];
+        return dsq_awq_direct_loss(a->backup[id], s->w[id], dsq_seq_lin_out(s, id), gr->cols, a->X[gr->g], a->all_tok,
+                                   loss);
     }
     if (gr->G) {
         int id = gr->ids[0];
@@ -208,7 +214,8 @@ static dsq_status search_group(awq_group *gr, float *best_s, dsq_seq_report *rep
         st = group_w_mean(gr, wm);
     }
     gr->cur = NULL;
-    if (st == DSQ_OK && !s->d->groups[gr->g].loss_half)
+    gr->direct = !s->d->groups[gr->g].loss_half && a->all_tok < cols;
+    if (st == DSQ_OK && !s->d->groups[gr->g].loss_half && !gr->direct)
         st = gram(a->X[gr->g], a->all_tok, cols, s->o->bf16, &gr->G);
     else if (st == DSQ_OK) st = half_output(a, gr, a->yref); /* float reference */
     if (st == DSQ_OK) st = backup_weights(gr);
@@ -363,7 +370,8 @@ static dsq_status awq_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *hi
 
 typedef struct awq_down {
     dsq_seq_expert *x;
-    const float *backup, *G;
+    const float *backup, *G; /* G NULL: the loss from act itself (fewer rows than columns) */
+    const float *act;
 } awq_down;
 
 static dsq_status down_loss(void *user, const float *sc, double *loss)
@@ -371,6 +379,7 @@ static dsq_status down_loss(void *user, const float *sc, double *loss)
     awq_down *d = user;
     dsq_seq_expert *x = d->x;
     DSQ_TRY(dsq_awq_fake_quant(d->backup, x->out[2], x->in[2], sc, &x->s->o->awq.q, x->w[2]));
+    if (!d->G) return dsq_awq_direct_loss(d->backup, x->w[2], x->out[2], x->in[2], d->act, x->n_tok, loss);
     return dsq_awq_quad_loss(d->backup, x->w[2], x->out[2], x->in[2], d->G, x->s->o->bf16, loss);
 }
 
@@ -379,7 +388,7 @@ static dsq_status expert_down_scales(dsq_seq_expert *x, float *act, dsq_seq_repo
 {
     int64_t F = x->in[2], n = x->n_tok;
     size_t nb = (size_t)(x->out[2] * F) * sizeof(float);
-    awq_down d = {x, malloc(nb), NULL};
+    awq_down d = {x, malloc(nb), NULL, act};
     float *xm = malloc((size_t)F * sizeof *xm), *wm = malloc((size_t)F * sizeof *wm), *sc = malloc((size_t)F * sizeof *sc);
     dsq_status st = d.backup && xm && wm && sc ? DSQ_OK : dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
     if (st == DSQ_OK) {
@@ -389,7 +398,7 @@ static dsq_status expert_down_scales(dsq_seq_expert *x, float *act, dsq_seq_repo
         st = dsq_awq_w_mean(&w, &x->out[2], 1, F, x->s->o->q.group_size, wm);
     }
     float *G = NULL;
-    if (st == DSQ_OK) st = gram(act, n, F, x->s->o->bf16, &G);
+    if (st == DSQ_OK && n >= F) st = gram(act, n, F, x->s->o->bf16, &G);
     d.G = G;
     dsq_awq_search info;
     if (st == DSQ_OK) st = dsq_awq_search_scale(xm, wm, F, &x->s->o->awq, down_loss, &d, sc, &info);

@@ -193,6 +193,42 @@ dsq_status dsq_awq_quad_loss(const float *w, const float *wq, int64_t rows, int6
     return DSQ_OK;
 }
 
+dsq_status dsq_awq_direct_loss(const float *w, const float *wq, int64_t rows, int64_t cols, const float *x,
+                               int64_t n_tok, double *loss)
+{
+    int threads = dsq_cpu_threads();
+    if (threads > rows) threads = rows > 0 ? (int)rows : 1;
+    double total = 0;
+    int failed = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    {
+        int team = omp_get_num_threads();
+        int64_t per = (rows + team - 1) / team, r0 = (int64_t)omp_get_thread_num() * per;
+        int64_t nr = r0 >= rows ? 0 : rows - r0 < per ? rows - r0 : per;
+        float *d = NULL, *t = NULL, *gs = NULL;
+        if (nr > 0 && n_tok > 0) {
+            d = malloc((size_t)(nr * cols) * sizeof *d);
+            t = malloc((size_t)(nr * n_tok) * sizeof *t);
+            gs = aligned_alloc(64, (dsq_gemm_scratch_floats(n_tok, cols) * sizeof(float) + 63) & ~(size_t)63);
+            if (!d || !t || !gs) {
+#pragma omp atomic write
+                failed = 1;
+            } else {
+                for (int64_t i = 0; i < nr * cols; i++) d[i] = wq[r0 * cols + i] - w[r0 * cols + i];
+                dsq_gemm_f32(DSQ_GEMM_BT, nr, n_tok, cols, d, cols, x, cols, t, n_tok, false, gs);
+                for (int64_t i = 0; i < nr * n_tok; i++) total += (double)t[i] * (double)t[i];
+            }
+        }
+        free(d);
+        free(t);
+        free(gs);
+    }
+    if (failed) return dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory for the loss of a %lld x %lld linear", (long long)rows,
+                                (long long)cols);
+    *loss = rows > 0 && n_tok > 0 ? total / ((double)rows * (double)n_tok) : 0.0;
+    return DSQ_OK;
+}
+
 dsq_status dsq_awq_search_scale(const float *x_mean, const float *w_mean, int64_t cols, const dsq_awq_opts *o,
                                 dsq_awq_loss_fn loss, void *user, float *best_s, dsq_awq_search *info)
 {

@@ -71,6 +71,12 @@ dsq_status dsq_awq_fake_quant(const float *w, int64_t rows, int64_t cols, const 
 dsq_status dsq_awq_quad_loss(const float *w, const float *wq, int64_t rows, int64_t cols, const float *G, bool bf16,
                              double *loss);
 
+/* The same loss from the tokens themselves, x [n_tok x cols]: cheaper than
+ * the quadratic form when n_tok < cols (a 16384-wide o_proj on 2048 tokens,
+ * a routed expert's down on the few tokens routed to it). F32 products. */
+dsq_status dsq_awq_direct_loss(const float *w, const float *wq, int64_t rows, int64_t cols, const float *x,
+                               int64_t n_tok, double *loss);
+
 /* loss of the block output when the group's linears use scales s. */
 typedef dsq_status (*dsq_awq_loss_fn)(void *user, const float *s, double *loss);
 

@@ -231,7 +231,9 @@ static void test_clip(void **state)
 
 /* The quadratic-form loss equals the direct output MSE (x^T x from the
  * tokens, in double here), for a fake-quantized linear and for a change that
- * touches one column only (a wrong G layout or a missing row would differ). */
+ * touches one column only (a wrong G layout or a missing row would differ);
+ * so does the loss from the tokens themselves (dsq_awq_direct_loss), on all
+ * of them and on fewer tokens than columns. */
 static void test_quad_loss(void **state)
 {
     (void)state;
@@ -271,6 +273,20 @@ static void test_quad_loss(void **state)
         assert_int_equal(dsq_awq_quad_loss(w, wq, rows, cols, G, true, &quad16), DSQ_OK);
         if (!(fabs(quad16 - direct) <= 1e-2 * direct && quad16 != quad))
             fail_msg("variant %d: bf16 quad %.9g vs direct %.9g", variant, quad16, direct);
+        double tok = -1;
+        assert_int_equal(dsq_awq_direct_loss(w, wq, rows, cols, x, nt, &tok), DSQ_OK);
+        if (!(fabs(tok - direct) <= 1e-5 * direct)) fail_msg("variant %d: token loss %.9g vs direct %.9g", variant, tok, direct);
+        /* fewer tokens than columns, the case it is for: the first 40 rows alone */
+        double few = 0, ref = 0;
+        assert_int_equal(dsq_awq_direct_loss(w, wq, rows, cols, x, 40, &few), DSQ_OK);
+        for (int64_t t = 0; t < 40; t++)
+            for (int64_t r = 0; r < rows; r++) {
+                double d = 0;
+                for (int64_t c = 0; c < cols; c++) d += (double)x[t * cols + c] * ((double)wq[r * cols + c] - w[r * cols + c]);
+                ref += d * d;
+            }
+        ref /= (double)(40 * rows);
+        if (!(fabs(few - ref) <= 1e-5 * ref)) fail_msg("variant %d: 40-token loss %.9g vs %.9g", variant, few, ref);
         assert_true(direct > 0);
     }
     free(x), free(w), free(wq), free(G);

@@ -50,10 +50,17 @@ tiny random models (tests/integration/deepseek_tiny.py):
            GGUF give llama.cpp 0.3.36's llama_model_quantize tensor types and
            bytes (its newer revision moves general.file_type to the end of the
            keys; the key set is compared).
+           AWQ (AutoAWQ folder) quantizes every expert and folds the MLP input
+           group's scales into post_attention_layernorm, the shared experts,
+           the experts and the router's columns: norm x router is the
+           source's (so routing is unchanged) while the norm moved;
+           SmoothQuant (alpha auto, smooth-all) likewise, INT8 experts;
+           transformers on its INT8 weights decoded by the compressed-tensors
+           rule agrees with our runtime on the folder (weight-only, 1e-3).
   refusals an FP8 weight without scales, scales of the wrong shape, an
            unknown topk_method or scoring_func, a missing expert: exit 1, one
-           line naming the tensor or field, nothing written; AWQ (no expert
-           calibration yet) is refused by name.
+           line naming the tensor or field, nothing written; an importance
+           matrix of a MoE model (not collected yet) is refused by name.
 
 About 1 minute. Exit 77 when torch/transformers are missing.
 """
@@ -216,12 +223,11 @@ def refusal_cases(work):
     folder = edited(v3, os.path.join(work, "bad-expert"), tensors=lambda t: t.pop(expert))
     rc, err = fails("logits", folder, "--tokens", "1 2 3", "-o", os.path.join(work, "x.f32"))
     check(rc == 1 and expert in err, f"a missing expert is named: {err.strip()}")
-    out = os.path.join(work, "awq-out")
-    cal = os.path.join(work, "v3-tok")
-    if os.path.exists(cal):
-        rc, err = fails("awq", cal, "-o", out, "--group", "32", "--calib", CALIB)
-        check(rc == 1 and "awq does not calibrate MoE experts yet" in err and not os.path.exists(out),
-              f"awq refused by name: {err.strip()}")
+    out = os.path.join(work, "v3.imatrix")
+    tok = os.path.join(work, "v3-tok")
+    rc, err = fails("imatrix", tok if os.path.exists(tok) else v3, "-o", out, "--data", CALIB, "--ctx", "32", "--chunks", "2")
+    check(rc == 1 and "importance matrices of MoE models" in err and not os.path.exists(out),
+          f"imatrix of a MoE model refused by name: {err.strip()}")
 
 
 CALIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")
@@ -426,12 +432,62 @@ def calibration_case(work):
     check(all(x > 0 for x in scales) and len(set(scales)) > 8 and np.isfinite(lg).all(),
           f"fp8 static: every expert has its own input_scale from its routed tokens ({len(set(scales))} distinct "
           f"of {len(scales)}); the runtime runs the folder")
+    scaled_cases(work, v3, base)
     ta, tb = st_tensors(runs["gptq-ct"]["dir"]), st_tensors(runs["gptq-all"]["dir"])
     keys = [f"model.layers.{l}.mlp.experts.{e}.gate_proj.weight_packed" for l in (1, 2) for e in range(8)]
     differ = sum(not torch.equal(ta[k], tb[k]) for k in keys)
     check(runs["gptq-all"]["expert_coverage"]["expert_calib"] == "all" and differ >= 16 - 2 * cov["experts_below_min"],
           f"--expert-calib all calibrates {differ} of 16 experts on other tokens than routed (those under the "
           f"threshold take every token in both)")
+
+
+def router_folded(t, base, what):
+    """post_attention_layernorm x the router's columns as in the source (the
+    norm stored in float16 / bfloat16: 1e-2 relative), the norm itself moved."""
+    worst, moved = 0.0, 0.0
+    for l in (1, 2):
+        key = f"model.layers.{l}.post_attention_layernorm.weight"
+        n0, n1 = base[key].double(), t[key].double()
+        r0, r1 = base[f"model.layers.{l}.mlp.gate.weight"].double(), t[f"model.layers.{l}.mlp.gate.weight"].double()
+        p0, p1 = r0 * n0[None, :], r1 * n1[None, :]
+        worst = max(worst, float(((p1 - p0).abs() / p0.abs().max()).max()))
+        moved = max(moved, float((n1 / n0 - 1).abs().max()))
+        bias = f"model.layers.{l}.mlp.gate.e_score_correction_bias"
+        same_bias = torch.equal(t[bias], base[bias])
+    check(worst < 1e-2 and moved > 2e-2 and same_bias and t["model.layers.1.mlp.gate.weight"].dtype == torch.float32,
+          f"{what}: the router's columns took the norm's scales (norm x router within {worst:.1e} of the source, "
+          f"the norm moved by up to {moved:.1%}), router F32, bias bit-equal")
+
+
+def scaled_cases(work, v3, base):
+    """AWQ and SmoothQuant: scales folded through the MoE MLP's input."""
+    awq = os.path.join(work, "awq")
+    ja = json.loads(dsquant("-q", "awq", v3, "-o", awq, *Q, "--json"))
+    ta = st_tensors(awq)
+    missing = [f"{l}.{e}.{p}" for l in (1, 2) for e in range(8) for p in ("gate_proj", "up_proj", "down_proj")
+               if f"model.layers.{l}.mlp.experts.{e}.{p}.qweight" not in ta]
+    check(ja["n_quantized"] == 72 and not missing and np.isfinite(ours(awq, work)).all(),
+          f"awq: 72 linears, every expert packed ({len(missing)} missing); the runtime runs the folder")
+    router_folded(ta, base, "awq")
+    sq = os.path.join(work, "sq")
+    js = json.loads(dsquant("-q", "smoothquant", v3, "-o", sq, "--alpha", "auto", "--smooth-all", *Q[2:], "--json"))
+    ts = st_tensors(sq)
+    int8 = all(ts[f"model.layers.{l}.mlp.experts.{e}.{p}.weight"].dtype == torch.int8
+               for l in (1, 2) for e in range(8) for p in ("gate_proj", "up_proj", "down_proj"))
+    check(js["n_quantized"] == 72 and int8, f"smoothquant: 72 linears, every expert INT8 ({js['n_quantized']})")
+    router_folded(ts, base, "smoothquant")
+    # transformers 5's merged-expert loader cannot decompress int-quantized
+    # experts (torch.cat of an empty list): the folder is decoded here by the
+    # compressed-tensors rule (int8 x per-row weight_scale) into an F32 one
+    def decode(t):
+        for k in [k for k in t if k.endswith(".weight") and t[k].dtype == torch.int8]:
+            t[k] = t[k].float() * t.pop(k + "_scale").float()
+    f32 = edited(sq, os.path.join(work, "sq-f32"), tensors=decode, config=lambda c: c.pop("quantization_config"))
+    m = AutoModelForCausalLM.from_pretrained(f32, dtype=torch.float32, local_files_only=True).eval()
+    with torch.no_grad():
+        ref = torch.log_softmax(m(torch.tensor([IDS])).logits[0].double(), -1).numpy()
+    d = np.abs(ours(sq, work, "--w8-weight-only") - ref).max()
+    check(d <= TOL, f"smoothquant: transformers on the decoded INT8 weights vs ours weight-only {d:.2e} <= {TOL}")
 
 
 def main():

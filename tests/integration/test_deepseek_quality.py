@@ -105,13 +105,21 @@ def main():
         for name, method, extra in (("rtn w8 channel", "rtn", ["--w-bit", "8", "--group", "-1"]),
                                     ("rtn w4 g32", "rtn", ["--w-bit", "4", "--group", "32"]),
                                     ("gptq w4 g32", "gptq", ["--w-bit", "4", "--group", "32"]),
+                                    ("awq w4 g32", "awq", ["--w-bit", "4", "--group", "32"]),
                                     ("rtn w3 g32", "rtn", ["--w-bit", "3", "--group", "32"]),
                                     ("gptq w3 g32", "gptq", ["--w-bit", "3", "--group", "32"]),
+                                    ("awq w3 g32", "awq", ["--w-bit", "3", "--group", "32"]),
                                     ("rtn w2 g32", "rtn", ["--w-bit", "2", "--group", "32"]),
-                                    ("gptq w2 g32", "gptq", ["--w-bit", "2", "--group", "32"])):
+                                    ("gptq w2 g32", "gptq", ["--w-bit", "2", "--group", "32"]),
+                                    ("awq w2 g32", "awq", ["--w-bit", "2", "--group", "32"])):
             out = os.path.join(work, name.replace(" ", "-"))
             runs[name] = json.loads(dsquant("-q", method, m, "-o", out, *q, *extra))
             rows.append((name, ppl(out, data), ""))
+        for name, opts in (("w8a8 (no smoothing)", ["--no-smooth", *q[:6]]),
+                           ("smoothquant w8a8", ["--smooth-all", *q[:6]])):
+            out = os.path.join(work, name.split()[0])
+            runs[name] = json.loads(dsquant("-q", "smoothquant", m, "-o", out, *opts, "--json"))
+            rows.append((name, ppl(out, data), "INT8 activations"))
         for name, opts in (("fp8 dynamic", ["--scheme", "dynamic"]),
                            ("fp8 block 128", ["--scheme", "block", "--partial-blocks"]),
                            ("fp8 static", ["--scheme", "static", *q[:6]])):
