@@ -214,7 +214,7 @@ static void fsync_dir(const char *dir)
 
 /* ---- atomic output file ---- */
 
-enum { DSQ_OUT_BUF = 4 << 20 };
+enum { DSQ_OUT_BUF = 4 << 20, DSQ_DIRECT_BUF = 16 << 20, DSQ_DIRECT_ALIGN = 4096 };
 
 struct dsq_outfile {
     int fd;
@@ -223,7 +223,22 @@ struct dsq_outfile {
     char dir[PATH_MAX];
     uint8_t *buf;
     size_t buf_len;
-    uint64_t pos; /* logical size written so far */
+    uint64_t pos;  /* logical size written so far */
+    uint64_t disk; /* bytes handed to the file descriptor */
+    bool direct;   /* dsq_outfile_set_direct: whole aligned blocks go out with O_DIRECT */
+    bool fd_direct; /* O_DIRECT is set on fd now */
+    /* direct mode writes a full buffer from a thread of its own while the
+     * caller fills the other one (the fd is not touched until it is joined) */
+    uint8_t *spare;
+    pthread_t th;
+    bool in_flight;
+    struct dsq_direct_job {
+        int fd;
+        const uint8_t *p;
+        size_t n;
+        int err;       /* errno of a failed write, 0 */
+        bool refused;  /* O_DIRECT refused (EINVAL): written through the page cache */
+    } job;
 };
 
 dsq_status dsq_outfile_open(const char *path, bool overwrite, dsq_outfile **out)
@@ -282,17 +297,159 @@ static dsq_status write_all(dsq_outfile *f, const uint8_t *p, size_t n)
     return DSQ_OK;
 }
 
-static dsq_status flush_buf(dsq_outfile *f)
+static dsq_status write_all(dsq_outfile *f, const uint8_t *p, size_t n);
+
+/* O_DIRECT on fd or off; false when the file system refuses it (tmpfs). */
+static bool set_fd_direct(dsq_outfile *f, bool on)
 {
-    if (f->buf_len == 0) return DSQ_OK;
-    dsq_status s = write_all(f, f->buf, f->buf_len);
-    f->buf_len = 0;
-    return s;
+    if (f->fd_direct == on) return true;
+    int fl = fcntl(f->fd, F_GETFL);
+    if (fl < 0 || fcntl(f->fd, F_SETFL, on ? fl | O_DIRECT : fl & ~O_DIRECT) != 0) return false;
+    f->fd_direct = on;
+    return true;
+}
+
+static void *direct_job_run(void *arg)
+{
+    struct dsq_direct_job *j = arg;
+    const uint8_t *p = j->p;
+    size_t n = j->n;
+    while (n > 0) {
+        ssize_t w = write(j->fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && errno == EINVAL && !j->refused) { /* the file system has no O_DIRECT after all */
+            int fl = fcntl(j->fd, F_GETFL);
+            if (fl >= 0 && fcntl(j->fd, F_SETFL, fl & ~O_DIRECT) == 0) {
+                j->refused = true;
+                continue;
+            }
+        }
+        if (w < 0) {
+            j->err = errno;
+            return NULL;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return NULL;
+}
+
+/* The finished job's outcome. */
+static dsq_status job_result(dsq_outfile *f)
+{
+    if (f->job.refused) f->direct = f->fd_direct = false;
+    if (f->job.err) {
+        errno = f->job.err;
+        return dsq_fail_errno(DSQ_ERR_IO, "%s: write failed", f->final_path);
+    }
+    return DSQ_OK;
+}
+
+/* Waits for the write in flight; its failure is reported here. */
+static dsq_status join_job(dsq_outfile *f)
+{
+    if (!f->in_flight) return DSQ_OK;
+    pthread_join(f->th, NULL);
+    f->in_flight = false;
+    return job_result(f);
+}
+
+/* The same without a word: for a file being dropped after another failure. */
+static void join_quiet(dsq_outfile *f)
+{
+    if (f->in_flight) pthread_join(f->th, NULL);
+    f->in_flight = false;
+}
+
+/* The whole aligned blocks at the start of the buffer go out with O_DIRECT
+ * from a thread while the buffers swap; returns how many bytes left the
+ * buffer. A file system that refuses O_DIRECT turns direct mode off. */
+static dsq_status flush_direct(dsq_outfile *f, size_t *done)
+{
+    *done = 0;
+    size_t n = f->buf_len & ~(size_t)(DSQ_DIRECT_ALIGN - 1);
+    if (n == 0 || f->disk % DSQ_DIRECT_ALIGN) return DSQ_OK;
+    DSQ_TRY(join_job(f));
+    if (!f->direct) return DSQ_OK;
+    if (!f->spare && !(f->spare = aligned_alloc(DSQ_DIRECT_ALIGN, DSQ_DIRECT_BUF)))
+        return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", f->final_path);
+    if (!set_fd_direct(f, true)) {
+        f->direct = false;
+        return DSQ_OK;
+    }
+    f->job = (struct dsq_direct_job){f->fd, f->buf, n, 0, false};
+    if (pthread_create(&f->th, NULL, direct_job_run, &f->job) == 0) {
+        f->in_flight = true;
+    } else {
+        direct_job_run(&f->job); /* no thread: the same write, here */
+        DSQ_TRY(job_result(f));
+    }
+    /* the caller goes on in the other buffer; the rest of this one moves there */
+    uint8_t *busy = f->buf;
+    f->buf = f->spare, f->spare = busy;
+    memcpy(f->buf, busy + n, f->buf_len - n);
+    f->buf_len -= n;
+    f->disk += n;
+    *done = n;
+    return DSQ_OK;
+}
+
+/* Bytes from the front of the buffer through the page cache (the rest moves up). */
+static dsq_status flush_front(dsq_outfile *f, size_t k)
+{
+    DSQ_TRY(join_job(f));
+    if (f->fd_direct && !set_fd_direct(f, false))
+        return dsq_fail_errno(DSQ_ERR_IO, "%s: cannot leave direct I/O", f->final_path);
+    DSQ_TRY(write_all(f, f->buf, k));
+    f->disk += k;
+    memmove(f->buf, f->buf + k, f->buf_len - k);
+    f->buf_len -= k;
+    return DSQ_OK;
+}
+
+/* Everything buffered to the file; all: the last partial block too (through
+ * the page cache) and the write in flight finished, else what is left stays
+ * buffered for the next direct write. An unaligned file offset is first
+ * brought to a block boundary. */
+static dsq_status flush_some(dsq_outfile *f, bool all)
+{
+    if (f->buf_len && f->direct && f->disk % DSQ_DIRECT_ALIGN) {
+        size_t k = DSQ_DIRECT_ALIGN - (size_t)(f->disk % DSQ_DIRECT_ALIGN);
+        DSQ_TRY(flush_front(f, k < f->buf_len ? k : f->buf_len));
+    }
+    size_t done = 0;
+    if (f->buf_len && f->direct) DSQ_TRY(flush_direct(f, &done));
+    if (f->buf_len && (all || !f->direct)) DSQ_TRY(flush_front(f, f->buf_len));
+    if (all) DSQ_TRY(join_job(f));
+    /* pwrite and the next buffered writes need the page cache path back */
+    if (all && f->fd_direct && !set_fd_direct(f, false))
+        return dsq_fail_errno(DSQ_ERR_IO, "%s: cannot leave direct I/O", f->final_path);
+    return DSQ_OK;
+}
+
+static dsq_status flush_buf(dsq_outfile *f) { return flush_some(f, true); }
+
+void dsq_outfile_set_direct(dsq_outfile *f, bool on) { f->direct = on; }
+
+/* Direct mode: every byte passes through the aligned buffer. */
+static dsq_status write_direct(dsq_outfile *f, const uint8_t *p, size_t n)
+{
+    if (!f->buf && !(f->buf = aligned_alloc(DSQ_DIRECT_ALIGN, DSQ_DIRECT_BUF)))
+        return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", f->final_path);
+    f->pos += n;
+    while (n > 0) {
+        size_t k = DSQ_DIRECT_BUF - f->buf_len < n ? DSQ_DIRECT_BUF - f->buf_len : n;
+        memcpy(f->buf + f->buf_len, p, k);
+        f->buf_len += k, p += k, n -= k;
+        if (f->buf_len == DSQ_DIRECT_BUF) DSQ_TRY(flush_some(f, false));
+    }
+    return DSQ_OK;
 }
 
 dsq_status dsq_outfile_write(dsq_outfile *f, const void *buf, size_t n)
 {
     const uint8_t *p = buf;
+    if (f->direct) return write_direct(f, p, n);
     if (!f->buf && n < DSQ_OUT_BUF) {
         f->buf = malloc(DSQ_OUT_BUF);
         if (!f->buf) return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", f->final_path);
@@ -304,7 +461,10 @@ dsq_status dsq_outfile_write(dsq_outfile *f, const void *buf, size_t n)
         return DSQ_OK;
     }
     DSQ_TRY(flush_buf(f));
-    if (n >= DSQ_OUT_BUF || !f->buf) return write_all(f, p, n); /* big tensors go straight through */
+    if (n >= DSQ_OUT_BUF || !f->buf) { /* big tensors go straight through */
+        f->disk += n;
+        return write_all(f, p, n);
+    }
     memcpy(f->buf, p, n);
     f->buf_len = n;
     return DSQ_OK;
@@ -360,6 +520,8 @@ dsq_status dsq_outfile_pwrite(dsq_outfile *f, const void *buf, size_t n, uint64_
 
 static void outfile_free(dsq_outfile *f)
 {
+    join_quiet(f);
+    free(f->spare);
     if (f->fd >= 0) close(f->fd);
     free(f->buf);
     free(f);
@@ -368,6 +530,7 @@ static void outfile_free(dsq_outfile *f)
 dsq_status dsq_outfile_commit(dsq_outfile *f)
 {
     dsq_status s = flush_buf(f);
+    join_quiet(f); /* after a failed flush, before the fd goes */
     if (s == DSQ_OK && fsync(f->fd) != 0) s = dsq_fail_errno(DSQ_ERR_IO, "%s: fsync failed", f->final_path);
     if (close(f->fd) != 0 && s == DSQ_OK) s = dsq_fail_errno(DSQ_ERR_IO, "%s: close failed", f->final_path);
     f->fd = -1;
@@ -387,6 +550,7 @@ dsq_status dsq_outfile_commit(dsq_outfile *f)
 void dsq_outfile_abort(dsq_outfile *f)
 {
     if (!f) return;
+    join_quiet(f); /* before the fd goes */
     if (f->fd >= 0) close(f->fd);
     f->fd = -1;
     unlink(f->tmp_path);

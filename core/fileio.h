@@ -42,6 +42,12 @@ dsq_status dsq_outfile_write_zeros(dsq_outfile *f, size_t n);
 /* Pads with zero bytes to a multiple of align (align > 0). */
 dsq_status dsq_outfile_align(dsq_outfile *f, size_t align);
 uint64_t dsq_outfile_tell(const dsq_outfile *f);
+/* Big outputs (a converted checkpoint): whole 4 KiB blocks at aligned file
+ * offsets go out with O_DIRECT from an aligned 16 MiB buffer, so the data is
+ * not copied into the page cache (that copy was most of a conversion's
+ * time); the rest, and every file system that refuses O_DIRECT (tmpfs),
+ * through the page cache as before. The file's bytes are the same. */
+void dsq_outfile_set_direct(dsq_outfile *f, bool on);
 /* Overwrites bytes already written (e.g. a header placeholder). */
 dsq_status dsq_outfile_pwrite(dsq_outfile *f, const void *buf, size_t n, uint64_t offset);
 const char *dsq_outfile_path(const dsq_outfile *f);

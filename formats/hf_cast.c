@@ -218,29 +218,59 @@ static bool has_nan_code(const uint8_t *q, int64_t n)
     return false;
 }
 
-/* Rows [r0, r0 + nr) of an FP8 weight times its block scales, in the output
- * type. Block by block: one scale per 128 columns, decoded by the kernel's
- * row decoder (the table's values times the scale, one F32 rounding). */
-static dsq_status fp8_rows(cast_job *j, const dsq_tensor *w, const float *scales, int64_t r0, int64_t nr, float *f32,
-                           void *out, dsq_type ot)
+/* One row of an FP8 weight times its block scales into f32 [cols]: block by
+ * block, one scale per 128 columns, decoded by the kernel's row decoder (the
+ * table's values times the scale, one F32 rounding). Returns the non-finite
+ * values it carried over. */
+static int64_t fp8_row(const cast_job *j, const uint8_t *q, const float *srow, int64_t cols, float *f32)
 {
-    int64_t cols = w->shape[1], sc = ceil_div(cols, j->block[1]), bc = j->block[1];
-    const uint8_t *codes = (const uint8_t *)w->data + r0 * cols;
     const float *table = dsq_fp8_e4m3_table();
-    for (int64_t r = 0; r < nr; r++) {
-        const float *srow = scales + ((r0 + r) / j->block[0]) * sc;
-        for (int64_t c0 = 0; c0 < cols; c0 += bc) {
-            int64_t n = cols - c0 < bc ? cols - c0 : bc;
-            const uint8_t *q = codes + r * cols + c0;
-            float *d = f32 + r * cols + c0, s = srow[c0 / bc];
-            if (!isfinite(s) || has_nan_code(q, n)) { /* carried over as they come, and counted */
-                for (int64_t i = 0; i < n; i++) j->n_nonfinite += !isfinite(d[i] = table[q[i]] * s);
-                continue;
-            }
-            dsq_fp8_decode_row(q, n, s, d);
+    int64_t bc = j->block[1], bad = 0;
+    for (int64_t c0 = 0; c0 < cols; c0 += bc) {
+        int64_t n = cols - c0 < bc ? cols - c0 : bc;
+        float *d = f32 + c0, s = srow[c0 / bc];
+        if (!isfinite(s) || has_nan_code(q + c0, n)) { /* carried over as they come, and counted */
+            for (int64_t i = 0; i < n; i++) bad += !isfinite(d[i] = table[q[c0 + i]] * s);
+            continue;
         }
+        dsq_fp8_decode_row(q + c0, n, s, d);
     }
-    return dsq_convert_row(DSQ_TYPE_F32, f32, ot, out, (size_t)(nr * cols));
+    return bad;
+}
+
+/* Rows [r0, r0 + nr) in the output type, the rows shared among the threads
+ * (each decodes a row and converts it while it is in cache). */
+static dsq_status fp8_rows(cast_job *j, const dsq_tensor *w, const float *scales, int64_t r0, int64_t nr, void *out,
+                           dsq_type ot)
+{
+    int64_t cols = w->shape[1], sc = ceil_div(cols, j->block[1]);
+    size_t osz = dsq_type_get((int)ot)->block_bytes;
+    const uint8_t *codes = (const uint8_t *)w->data + r0 * cols;
+    int64_t bad = 0;
+    int failed = 0;
+#pragma omp parallel reduction(+ : bad)
+    {
+        float *f32 = malloc((size_t)cols * sizeof *f32);
+        if (!f32) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < nr; r++) {
+            if (!f32) continue;
+            bad += fp8_row(j, codes + r * cols, scales + ((r0 + r) / j->block[0]) * sc, cols, f32);
+            if (dsq_convert_row(DSQ_TYPE_F32, f32, ot, (uint8_t *)out + (size_t)(r * cols) * osz, (size_t)cols) !=
+                DSQ_OK) {
+#pragma omp atomic write
+                failed = 2;
+            }
+        }
+        free(f32);
+    }
+    j->n_nonfinite += bad;
+    if (failed == 1) return dsq_fail(DSQ_ERR_NOMEM, "tensor %s: out of memory", w->name);
+    if (failed) return dsq_fail(DSQ_ERR_INTERNAL, "tensor %s: no conversion to %s", w->name, dsq_type_name(ot));
+    return DSQ_OK;
 }
 
 static dsq_status write_fp8(cast_job *j, dsq_st_writer *wr, const dsq_tensor *w, const cast_item *it)
@@ -250,18 +280,17 @@ static dsq_status write_fp8(cast_job *j, dsq_st_writer *wr, const dsq_tensor *w,
     uint64_t ns = dsq_tensor_nelems(&s);
     int64_t cols = w->shape[1], rows = w->shape[0], br = j->block[0];
     size_t osz = dsq_type_get((int)it->out)->block_bytes;
-    float *scales = malloc((size_t)ns * sizeof *scales), *f32 = malloc((size_t)(br * cols) * sizeof *f32);
+    float *scales = malloc((size_t)ns * sizeof *scales);
     void *out = malloc((size_t)(br * cols) * osz);
-    dsq_status st = scales && f32 && out ? dsq_to_f32_row(s.type, s.data, scales, (size_t)ns)
-                                         : dsq_fail(DSQ_ERR_NOMEM, "tensor %s: out of memory", w->name);
+    dsq_status st = scales && out ? dsq_to_f32_row(s.type, s.data, scales, (size_t)ns)
+                                  : dsq_fail(DSQ_ERR_NOMEM, "tensor %s: out of memory", w->name);
     for (int64_t r0 = 0; st == DSQ_OK && r0 < rows; r0 += br) {
         int64_t nr = rows - r0 < br ? rows - r0 : br;
-        st = fp8_rows(j, w, scales, r0, nr, f32, out, it->out);
+        st = fp8_rows(j, w, scales, r0, nr, out, it->out);
         if (st == DSQ_OK) st = dsq_st_writer_write(wr, out, (uint64_t)(nr * cols) * osz);
         dsq_release_pages((const uint8_t *)w->data + r0 * cols, (uint64_t)(nr * cols));
     }
     free(scales);
-    free(f32);
     free(out);
     return st;
 }
@@ -316,6 +345,7 @@ static dsq_status write_tensors(cast_job *j, const dsq_outdir *d, uint64_t max_s
 {
     dsq_st_writer *w = NULL;
     DSQ_TRY(dsq_st_writer_new(dsq_outdir_tmp_path(d), "model", max_shard, &w));
+    dsq_st_writer_set_direct(w, true); /* a checkpoint's worth of bytes: no page-cache copy */
     dsq_status s = dsq_st_writer_set_meta(w, "format", "pt");
     for (size_t i = 0; s == DSQ_OK && i < j->st->n_tensors; i++) {
         dsq_tensor t;

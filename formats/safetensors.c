@@ -773,6 +773,7 @@ struct dsq_st_writer {
     size_t cur;        /* tensor being written */
     uint64_t cur_done; /* its bytes written so far */
     enum st_wstate state;
+    bool direct; /* dsq_st_writer_set_direct */
 };
 
 dsq_status dsq_st_writer_new(const char *dir, const char *basename, uint64_t max_shard_bytes, dsq_st_writer **out)
@@ -1026,6 +1027,9 @@ static dsq_status writer_open_outputs(dsq_st_writer *w, uint64_t total)
         st_sbuf b = {0};
         if (i < w->n_shards) {
             build_header(w, (uint32_t)i, &b);
+            /* direct I/O needs the data to start on a 4 KiB boundary: the
+             * header takes the trailing spaces the format allows */
+            while (w->direct && !b.oom && (b.len + 8) % 4096) sb_puts(&b, " ");
         } else {
             build_index(w, total, &b);
         }
@@ -1038,11 +1042,14 @@ static dsq_status writer_open_outputs(dsq_st_writer *w, uint64_t total)
         if (s == DSQ_OK) s = dsq_outfile_write(w->out[i], b.p, b.len);
         /* Only the shard being filled keeps a write buffer (many-shard checkpoints). */
         if (s == DSQ_OK) s = dsq_outfile_suspend(w->out[i]);
+        if (s == DSQ_OK && w->direct && i < w->n_shards) dsq_outfile_set_direct(w->out[i], true);
         free(b.p);
         DSQ_TRY(s);
     }
     return DSQ_OK;
 }
+
+void dsq_st_writer_set_direct(dsq_st_writer *w, bool on) { w->direct = on; }
 
 dsq_status dsq_st_writer_begin(dsq_st_writer *w)
 {

@@ -78,6 +78,9 @@ dsq_status dsq_st_writer_new(const char *dir, const char *basename, uint64_t max
 void dsq_st_writer_free(dsq_st_writer *w);
 dsq_status dsq_st_writer_set_meta(dsq_st_writer *w, const char *key, const char *value);
 dsq_status dsq_st_writer_add(dsq_st_writer *w, const char *name, dsq_type type, int n_dims, const int64_t *shape);
+/* Before begin: shards written with direct I/O (dsq_outfile_set_direct),
+ * their headers padded with spaces so the data starts on a 4 KiB boundary. */
+void dsq_st_writer_set_direct(dsq_st_writer *w, bool on);
 dsq_status dsq_st_writer_begin(dsq_st_writer *w);
 dsq_status dsq_st_writer_write(dsq_st_writer *w, const void *data, uint64_t n);
 dsq_status dsq_st_writer_finish(dsq_st_writer *w);

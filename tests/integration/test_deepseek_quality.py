@@ -6,9 +6,10 @@ $DSQ_CACHE/models/tiny-dsv3-<hash>, rebuilt when the script or the
 tokenizer changes).
 
 Perplexity (`dsquant ppl --protocol hf --ctx 128 --chunks 64`: 8192 tokens) on the held-out tenth of
-the books, for the base model and every method that handles MoE models:
-RTN and GPTQ at 4, 3 and 2 bits (groups of 32) and RTN at 8 bits per
-channel into compressed-tensors folders, FP8 dynamic, block and static
+the books, for the base model and every method: RTN, GPTQ and AWQ at 4, 3
+and 2 bits (groups of 32) and RTN at 8 bits per channel into
+compressed-tensors folders, SmoothQuant W8A8 (smooth-all, every expert's
+up -> down too) against plain W8A8, FP8 dynamic, block and static
 (our FP8 kernels, FP8 activations; static scales per expert from its
 routed tokens), and llama.cpp's Q6_K and Q4_K_M mixes of the
 deepseek2 GGUF (`dsquant gguf`). The GPTQ run's expert coverage report
@@ -16,7 +17,8 @@ deepseek2 GGUF (`dsquant gguf`). The GPTQ run's expert coverage report
 within reach of the base (ppl < 3x base), 8-bit RTN within 1% of the base,
 FP8 within 5%, Q6_K better than Q4_K_M, RTN worse with fewer bits, GPTQ
 better than RTN at 3 and 2 bits (at 4 bits both stay within 0.2% of the
-base: the tied 49152-token embedding, unquantized, dominates this model), every expert
+base: the tied 49152-token embedding, unquantized, dominates this model), so
+is AWQ, W8A8 within 1%, SmoothQuant's expert groups smoothed, every expert
 calibrated on routed tokens (none under the threshold with 32 x 128
 calibration tokens and trained routing). The table goes to stdout (and, by
 hand, to docs/benchmarks.md).
@@ -145,6 +147,12 @@ def main():
         check(r["gptq w3 g32"] < r["rtn w3 g32"] and r["gptq w2 g32"] < r["rtn w2 g32"],
               "GPTQ beats RTN at 3 and 2 bits (at 4 bits both are within noise of the base here)")
         check(r["rtn w2 g32"] > r["rtn w3 g32"] > r["rtn w8 channel"], "RTN degrades with fewer bits")
+        check(r["awq w3 g32"] < r["rtn w3 g32"] and r["awq w2 g32"] < r["rtn w2 g32"],
+              "AWQ (scales through MLA, the router and every expert) beats RTN at 3 and 2 bits")
+        check(all(abs(r[k] / base - 1) < 0.01 for k in ("w8a8 (no smoothing)", "smoothquant w8a8")),
+              "W8A8 INT8, plain and SmoothQuant (every expert smoothed), within 1% of the base")
+        sq = runs["smoothquant w8a8"]
+        check(sq.get("n_smoothed", 0) > 3 * 8, f"smoothquant smoothed the experts' groups too ({sq.get('n_smoothed')})")
         check(all(r[k] < 1.05 * base for k in ("fp8 dynamic", "fp8 block 128", "fp8 static")),
               "FP8 (dynamic, block, static) within 5% of the base")
         check(cov.get("experts") == 24 and cov.get("experts_below_min", 99) == 0 and cov.get("tokens_min", 0) > 0,
