@@ -211,9 +211,19 @@ static void progress(cast_job *j, size_t i, double t0, double *last)
              rate > 0 ? (double)(j->total_in - j->done_in) / rate : 0.0);
 }
 
+/* Whether an E4M3 NaN code (x111 1111) is among q[0..n): eight bytes at a
+ * time, a byte of (w & 0x7f..) ^ 0x7f.. being zero exactly where w has one. */
 static bool has_nan_code(const uint8_t *q, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++)
+    const uint64_t lo = 0x0101010101010101ull, hi = 0x8080808080808080ull, m = 0x7f7f7f7f7f7f7f7full;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, q + i, 8);
+        uint64_t y = (w & m) ^ m;
+        if ((y - lo) & ~y & hi) return true;
+    }
+    for (; i < n; i++)
         if ((q[i] & 0x7f) == 0x7f) return true;
     return false;
 }

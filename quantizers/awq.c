@@ -145,20 +145,30 @@ dsq_status dsq_awq_fake_quant(const float *w, int64_t rows, int64_t cols, const 
     return DSQ_OK;
 }
 
+static int loss_threads(int64_t rows)
+{
+    int threads = dsq_cpu_threads();
+    return threads > rows ? (rows > 0 ? (int)rows : 1) : threads;
+}
+
+/* The calling team member's contiguous share of rows, split by the team we
+ * got (OpenMP may give fewer threads than asked): its first row and count. */
+static int64_t row_share(int64_t rows, int64_t *r0)
+{
+    int team = omp_get_num_threads();
+    int64_t per = (rows + team - 1) / team;
+    *r0 = (int64_t)omp_get_thread_num() * per;
+    return *r0 >= rows ? 0 : rows - *r0 < per ? rows - *r0 : per;
+}
+
 dsq_status dsq_awq_quad_loss(const float *w, const float *wq, int64_t rows, int64_t cols, const float *G, bool bf16,
                              double *loss)
 {
-    int threads = dsq_cpu_threads();
-    if (threads > rows) threads = rows > 0 ? (int)rows : 1;
     double total = 0;
     int failed = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : total)
+#pragma omp parallel num_threads(loss_threads(rows)) reduction(+ : total)
     {
-        /* one contiguous share of the rows per thread, split by the team we got
-         * (OpenMP may give fewer threads than asked) */
-        int team = omp_get_num_threads();
-        int64_t per = (rows + team - 1) / team, r0 = (int64_t)omp_get_thread_num() * per;
-        int64_t nr = r0 >= rows ? 0 : rows - r0 < per ? rows - r0 : per;
+        int64_t r0, nr = row_share(rows, &r0);
         int64_t ld = dsq_gemm_bf16_lda(cols);
         float *d = nr > 0 ? malloc((size_t)(nr * cols) * sizeof *d) : NULL, *t = NULL;
         uint16_t *db = NULL;
@@ -196,15 +206,11 @@ dsq_status dsq_awq_quad_loss(const float *w, const float *wq, int64_t rows, int6
 dsq_status dsq_awq_direct_loss(const float *w, const float *wq, int64_t rows, int64_t cols, const float *x,
                                int64_t n_tok, double *loss)
 {
-    int threads = dsq_cpu_threads();
-    if (threads > rows) threads = rows > 0 ? (int)rows : 1;
     double total = 0;
     int failed = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : total)
+#pragma omp parallel num_threads(loss_threads(rows)) reduction(+ : total)
     {
-        int team = omp_get_num_threads();
-        int64_t per = (rows + team - 1) / team, r0 = (int64_t)omp_get_thread_num() * per;
-        int64_t nr = r0 >= rows ? 0 : rows - r0 < per ? rows - r0 : per;
+        int64_t r0, nr = row_share(rows, &r0);
         float *d = NULL, *t = NULL, *gs = NULL;
         if (nr > 0 && n_tok > 0) {
             d = malloc((size_t)(nr * cols) * sizeof *d);

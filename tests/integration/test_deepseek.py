@@ -164,6 +164,24 @@ def convert_case(work):
             bad += not np.array_equal(got[k], v.numpy())
     check(n_fp8 > 30 and bad == 0, f"convert fp8 -> bf16: {n_fp8} FP8 weights bit-exact to the formula, the "
                                    f"other matrices rounded to bf16, vectors unchanged, scales dropped ({bad} mismatches)")
+    # NaN codes (x111 1111) are carried over as NaN, each where it was
+    key, spots = "model.layers.1.self_attn.o_proj.weight", [(3, 5), (3, 6), (7, 60), (0, 0)]
+
+    def poke(t):
+        u = t[key].view(torch.uint8).clone()
+        for i, (r, c) in enumerate(spots):
+            u[r, c] = 0x7F if i % 2 else 0xFF
+        t[key] = u.view(torch.float8_e4m3fn)
+    nanf = edited(fp8, os.path.join(work, "v3-fp8-nan"), tensors=poke)
+    nout = os.path.join(work, "v3-bf16-nan")
+    dsquant("-q", "convert", nanf, "-o", nout, "--dtype", "bf16")
+    o = load_file(os.path.join(nout, "model.safetensors"))[key].float()
+    mask = torch.zeros_like(o, dtype=torch.bool)
+    for r, c in spots:
+        mask[r, c] = True
+    ref = torch.from_numpy(got[key].view(np.int16)).view(torch.bfloat16).float()
+    check(bool(torch.isnan(o[mask]).all()) and torch.equal(o[~mask], ref[~mask]),
+          "convert carries FP8 NaN codes over as NaN where they were, every other value unchanged")
     auto = os.path.join(work, "v3-auto-cast")
     dsquant("-q", "convert", fp8, "-o", auto)
     got = load_file(os.path.join(auto, "model.safetensors"))
