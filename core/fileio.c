@@ -446,6 +446,30 @@ static dsq_status write_direct(dsq_outfile *f, const uint8_t *p, size_t n)
     return DSQ_OK;
 }
 
+dsq_status dsq_outfile_reserve(dsq_outfile *f, size_t min, size_t max, uint8_t **p, size_t *got)
+{
+    size_t cap = f->direct ? DSQ_DIRECT_BUF : DSQ_OUT_BUF;
+    *p = NULL, *got = 0;
+    if (min > cap - DSQ_DIRECT_ALIGN) return DSQ_OK; /* too big for the buffer: the caller writes */
+    if (!f->buf) {
+        f->buf = f->direct ? aligned_alloc(DSQ_DIRECT_ALIGN, DSQ_DIRECT_BUF) : malloc(DSQ_OUT_BUF);
+        if (!f->buf) return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", f->final_path);
+    }
+    if (cap - f->buf_len < min) DSQ_TRY(flush_some(f, false));
+    if (cap - f->buf_len < min) return DSQ_OK; /* direct mode switched off on the way */
+    *p = f->buf + f->buf_len;
+    *got = cap - f->buf_len < max ? cap - f->buf_len : max;
+    return DSQ_OK;
+}
+
+dsq_status dsq_outfile_produced(dsq_outfile *f, size_t n)
+{
+    size_t cap = f->direct ? DSQ_DIRECT_BUF : DSQ_OUT_BUF;
+    f->buf_len += n;
+    f->pos += n;
+    return f->buf_len >= cap ? flush_some(f, false) : DSQ_OK;
+}
+
 dsq_status dsq_outfile_write(dsq_outfile *f, const void *buf, size_t n)
 {
     const uint8_t *p = buf;

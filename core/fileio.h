@@ -48,6 +48,12 @@ uint64_t dsq_outfile_tell(const dsq_outfile *f);
  * time); the rest, and every file system that refuses O_DIRECT (tmpfs),
  * through the page cache as before. The file's bytes are the same. */
 void dsq_outfile_set_direct(dsq_outfile *f, bool on);
+/* Writing without a copy: *p points into the file's own buffer with room
+ * for *got bytes, min <= *got <= max, for the caller to fill; then
+ * dsq_outfile_produced(f, n), n <= *got. *p is NULL (nothing reserved, not
+ * an error) when min does not fit the buffer: write those bytes instead. */
+dsq_status dsq_outfile_reserve(dsq_outfile *f, size_t min, size_t max, uint8_t **p, size_t *got);
+dsq_status dsq_outfile_produced(dsq_outfile *f, size_t n);
 /* Overwrites bytes already written (e.g. a header placeholder). */
 dsq_status dsq_outfile_pwrite(dsq_outfile *f, const void *buf, size_t n, uint64_t offset);
 const char *dsq_outfile_path(const dsq_outfile *f);

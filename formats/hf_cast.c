@@ -283,6 +283,24 @@ static dsq_status fp8_rows(cast_job *j, const dsq_tensor *w, const float *scales
     return DSQ_OK;
 }
 
+/* Rows [r0, r0 + nr) into the writer: decoded straight into its buffer
+ * where they fit (dsq_st_writer_reserve), else through buf. */
+static dsq_status fp8_chunk(cast_job *j, dsq_st_writer *wr, const dsq_tensor *w, const float *scales, int64_t r0,
+                            int64_t nr, void *buf, dsq_type ot)
+{
+    size_t rowb = (size_t)w->shape[1] * dsq_type_get((int)ot)->block_bytes;
+    while (nr > 0) {
+        uint8_t *p;
+        size_t got;
+        DSQ_TRY(dsq_st_writer_reserve(wr, rowb, (size_t)nr * rowb, &p, &got));
+        int64_t k = p ? (int64_t)(got / rowb) : nr;
+        DSQ_TRY(fp8_rows(j, w, scales, r0, k, p ? (void *)p : buf, ot));
+        DSQ_TRY(p ? dsq_st_writer_produced(wr, (size_t)k * rowb) : dsq_st_writer_write(wr, buf, (uint64_t)k * rowb));
+        r0 += k, nr -= k;
+    }
+    return DSQ_OK;
+}
+
 static dsq_status write_fp8(cast_job *j, dsq_st_writer *wr, const dsq_tensor *w, const cast_item *it)
 {
     dsq_tensor s;
@@ -296,8 +314,7 @@ static dsq_status write_fp8(cast_job *j, dsq_st_writer *wr, const dsq_tensor *w,
                                   : dsq_fail(DSQ_ERR_NOMEM, "tensor %s: out of memory", w->name);
     for (int64_t r0 = 0; st == DSQ_OK && r0 < rows; r0 += br) {
         int64_t nr = rows - r0 < br ? rows - r0 : br;
-        st = fp8_rows(j, w, scales, r0, nr, out, it->out);
-        if (st == DSQ_OK) st = dsq_st_writer_write(wr, out, (uint64_t)(nr * cols) * osz);
+        st = fp8_chunk(j, wr, w, scales, r0, nr, out, it->out);
         dsq_release_pages((const uint8_t *)w->data + r0 * cols, (uint64_t)(nr * cols));
     }
     free(scales);

@@ -1084,6 +1084,17 @@ static dsq_status writer_check_writing(const dsq_st_writer *w, const char *what)
     return dsq_fail(DSQ_ERR_ARG, "%s/%s: %s outside begin..finish", w->dir, w->base, what);
 }
 
+/* k more bytes of the current tensor are in its shard; a finished shard gives up its buffer. */
+static dsq_status writer_advance(dsq_st_writer *w, uint64_t k)
+{
+    const st_wtensor *t = &w->t[w->cur];
+    w->cur_done += k;
+    bool shard_done = w->cur_done == t->nbytes && (w->cur + 1 == w->n || w->t[w->cur + 1].shard != t->shard);
+    dsq_status s = shard_done ? dsq_outfile_suspend(w->out[t->shard]) : DSQ_OK;
+    if (s != DSQ_OK) writer_discard(w);
+    return s;
+}
+
 dsq_status dsq_st_writer_write(dsq_st_writer *w, const void *data, uint64_t n)
 {
     DSQ_TRY(writer_check_writing(w, "write"));
@@ -1107,14 +1118,45 @@ dsq_status dsq_st_writer_write(dsq_st_writer *w, const void *data, uint64_t n)
         }
         p += k;
         n -= k;
-        w->cur_done += k;
-        bool shard_done = w->cur_done == t->nbytes && (w->cur + 1 == w->n || w->t[w->cur + 1].shard != t->shard);
-        if (shard_done && (s = dsq_outfile_suspend(w->out[t->shard])) != DSQ_OK) {
-            writer_discard(w);
-            return s;
-        }
+        DSQ_TRY(writer_advance(w, k));
     }
     return DSQ_OK;
+}
+
+dsq_status dsq_st_writer_reserve(dsq_st_writer *w, size_t min, size_t max, uint8_t **p, size_t *got)
+{
+    *p = NULL, *got = 0;
+    DSQ_TRY(writer_check_writing(w, "reserve"));
+    writer_skip_done(w);
+    if (w->cur == w->n) {
+        dsq_status s = dsq_fail(DSQ_ERR_ARG, "%s/%s: bytes reserved past the last tensor", w->dir, w->base);
+        writer_discard(w);
+        return s;
+    }
+    const st_wtensor *t = &w->t[w->cur];
+    uint64_t rem = t->nbytes - w->cur_done;
+    if (max > rem) max = (size_t)rem;
+    if (min > max) min = max;
+    dsq_status s = dsq_outfile_reserve(w->out[t->shard], min, max, p, got);
+    if (s != DSQ_OK) {
+        writer_discard(w);
+        return dsq_fail_context(s, "tensor \"%s\"", t->name);
+    }
+    return DSQ_OK;
+}
+
+dsq_status dsq_st_writer_produced(dsq_st_writer *w, size_t n)
+{
+    DSQ_TRY(writer_check_writing(w, "produced"));
+    const st_wtensor *t = &w->t[w->cur];
+    if (w->cur == w->n || n > t->nbytes - w->cur_done)
+        return dsq_fail(DSQ_ERR_INTERNAL, "%s/%s: more bytes produced than reserved", w->dir, w->base);
+    dsq_status s = dsq_outfile_produced(w->out[t->shard], n);
+    if (s != DSQ_OK) {
+        writer_discard(w);
+        return dsq_fail_context(s, "tensor \"%s\"", t->name);
+    }
+    return writer_advance(w, n);
 }
 
 dsq_status dsq_st_writer_finish(dsq_st_writer *w)

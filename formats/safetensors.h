@@ -83,6 +83,11 @@ dsq_status dsq_st_writer_add(dsq_st_writer *w, const char *name, dsq_type type, 
 void dsq_st_writer_set_direct(dsq_st_writer *w, bool on);
 dsq_status dsq_st_writer_begin(dsq_st_writer *w);
 dsq_status dsq_st_writer_write(dsq_st_writer *w, const void *data, uint64_t n);
+/* The same without a copy (dsq_outfile_reserve): room for *got bytes of the
+ * current tensor, min <= *got <= max (*p NULL when min does not fit: write
+ * instead), then produced(n) for the n bytes filled. */
+dsq_status dsq_st_writer_reserve(dsq_st_writer *w, size_t min, size_t max, uint8_t **p, size_t *got);
+dsq_status dsq_st_writer_produced(dsq_st_writer *w, size_t n);
 dsq_status dsq_st_writer_finish(dsq_st_writer *w);
 
 #endif
