@@ -418,6 +418,7 @@ static dsq_status expert_down_scales(dsq_seq_expert *x, float *act, dsq_seq_repo
  * input, then the AWQ rule. */
 static dsq_status awq_expert(dsq_seq_expert *x, dsq_seq_report *rep)
 {
+    double t0 = dsq_now_s();
     size_t n = (size_t)x->n_tok * (size_t)x->out[0];
     float *act = dsq_bigbuf_alloc((n ? n : 1) * sizeof *act), *tmp = dsq_bigbuf_alloc((n ? n : 1) * sizeof *tmp);
     dsq_status st = act && tmp ? dsq_seq_expert_act(x, x->x, x->n_tok, act, tmp)
@@ -441,6 +442,7 @@ static dsq_status awq_expert(dsq_seq_expert *x, dsq_seq_report *rep)
         if (st == DSQ_OK) x->has_q[k] = true, st = dsq_intq_dequantize(&x->q[k], x->w[k]);
     }
     free(act);
+    DSQ_LOGD("awq layer %d expert %d: %lld tokens, %.2f s", x->s->l, x->e, (long long)x->n_tok, dsq_now_s() - t0);
     return st;
 }
 

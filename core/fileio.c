@@ -214,7 +214,7 @@ static void fsync_dir(const char *dir)
 
 /* ---- atomic output file ---- */
 
-enum { DSQ_OUT_BUF = 4 << 20, DSQ_DIRECT_BUF = 16 << 20, DSQ_DIRECT_ALIGN = 4096 };
+enum { DSQ_OUT_BUF = 4 << 20, DSQ_DIRECT_BUF = 64 << 20, DSQ_DIRECT_ALIGN = 4096 };
 
 struct dsq_outfile {
     int fd;

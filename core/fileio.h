@@ -43,7 +43,7 @@ dsq_status dsq_outfile_write_zeros(dsq_outfile *f, size_t n);
 dsq_status dsq_outfile_align(dsq_outfile *f, size_t align);
 uint64_t dsq_outfile_tell(const dsq_outfile *f);
 /* Big outputs (a converted checkpoint): whole 4 KiB blocks at aligned file
- * offsets go out with O_DIRECT from an aligned 16 MiB buffer, so the data is
+ * offsets go out with O_DIRECT from aligned 64 MiB buffers, so the data is
  * not copied into the page cache (that copy was most of a conversion's
  * time); the rest, and every file system that refuses O_DIRECT (tmpfs),
  * through the page cache as before. The file's bytes are the same. */

@@ -119,14 +119,14 @@ static void test_outfile_commit_exact_bytes(void **state)
 }
 
 /* Direct mode (dsq_outfile_set_direct): a 4 KiB header, odd-sized writes
- * across several 16 MiB buffers, one bigger than the buffer, a patch of the
+ * across several 64 MiB buffers, one bigger than the buffer, a patch of the
  * header and a short tail give the same bytes as plain writes, whether the
  * file system takes O_DIRECT (ext4, xfs) or refuses it (tmpfs); a file whose
  * writes start unaligned stays correct too. */
 static void test_outfile_direct(void **state)
 {
     fixture *fx = *state;
-    size_t n = (40u << 20) + 4096 + 12345;
+    size_t n = (150u << 20) + 4096 + 12345; /* more than two 64 MiB buffers */
     uint8_t *want = malloc(n);
     assert_non_null(want);
     for (size_t i = 0; i < n; i++) want[i] = (uint8_t)(i * 2654435761u >> 13);
@@ -140,7 +140,7 @@ static void test_outfile_direct(void **state)
         size_t off = head, step = 1;
         while (off < n - 9000) {
             size_t k = step * 7919 % (3u << 20) + 1;
-            if (step == 5) k = 20u << 20; /* bigger than the buffer */
+            if (step == 5) k = 70u << 20; /* bigger than the buffer */
             if (k > n - 9000 - off) k = n - 9000 - off;
             assert_int_equal(dsq_outfile_write(f, want + off, k), DSQ_OK);
             off += k, step++;

@@ -547,7 +547,7 @@ static void test_round_trip_direct(void **state)
     (void)state;
     char *dir = dsq_test_mkdtemp();
     spec s[3];
-    const int64_t rows[3] = {7, 5 << 20, 1 << 20}; /* F32: 28 B, 20 MiB, 4 MiB */
+    const int64_t rows[3] = {7, 20 << 20, 1 << 20}; /* F32: 28 B, 80 MiB (past a 64 MiB buffer), 4 MiB */
     uint64_t seed = 5, total = 0;
     for (int i = 0; i < 3; i++) {
         memset(&s[i], 0, sizeof s[i]);
@@ -559,7 +559,7 @@ static void test_round_trip_direct(void **state)
         total += s[i].nbytes;
     }
     dsq_st_writer *w = NULL;
-    assert_int_equal(dsq_st_writer_new(dir, "model", 12u << 20, &w), DSQ_OK);
+    assert_int_equal(dsq_st_writer_new(dir, "model", 40u << 20, &w), DSQ_OK);
     dsq_st_writer_set_direct(w, true);
     assert_int_equal(dsq_st_writer_set_meta(w, "format", "pt"), DSQ_OK);
     assert_int_equal(dsq_st_writer_set_meta(w, "quant", "q\"4\\\n"), DSQ_OK);
