@@ -173,9 +173,10 @@ static dsq_status state_new(dsq_ctx *c, void **out)
     s->wv = calloc((size_t)n_layers, sizeof *s->wv);
     if (!s->cache || !s->wk || !s->wv) st = dsq_fail(DSQ_ERR_NOMEM, "forward: out of memory");
     for (int64_t l = 0; st == DSQ_OK && l < n_layers; l++)
-        if (!(s->cache[l] = c->be->alloc((size_t)c->n_ctx * (size_t)s->lr)))
-            st = dsq_fail(DSQ_ERR_NOMEM, "forward: out of memory for a latent KV cache of %d positions (%.1f MiB)",
-                          c->n_ctx, (double)c->n_ctx * (double)s->lr * sizeof(float) * (double)n_layers / 1048576.0);
+        if (!(s->cache[l] = c->be->alloc((size_t)c->n_seq * (size_t)c->n_ctx * (size_t)s->lr)))
+            st = dsq_fail(DSQ_ERR_NOMEM, "forward: out of memory for a latent KV cache of %d x %d positions (%.1f MiB)",
+                          c->n_seq, c->n_ctx,
+                          (double)c->n_seq * c->n_ctx * (double)s->lr * sizeof(float) * (double)n_layers / 1048576.0);
     if (st != DSQ_OK) {
         state_free(c, s);
         return st;
@@ -186,9 +187,16 @@ static dsq_status state_new(dsq_ctx *c, void **out)
 
 /* ---- attention ---- */
 
-/* q (n x H*qk, rope part rotated), the normed latent and rotated rope key
- * stored in the cache at pos0.. */
-static dsq_status project(dsq_ctx *c, ds_state *s, int l, const float *xn, int n, int pos0)
+/* The cache rows of sequence seq in layer l. */
+static float *seq_cache(const dsq_ctx *c, const ds_state *s, int l, int seq)
+{
+    return s->cache[l] + (size_t)seq * (size_t)c->n_ctx * (size_t)s->lr;
+}
+
+/* q (n x H*qk) and the normed latent and rope key of every row; then per
+ * segment the rope parts rotated at its positions and the latent and rope
+ * key stored in its sequence's cache. */
+static dsq_status project(dsq_ctx *c, ds_state *s, int l, const float *xn, const dsq_seg *sg, int ns, int n)
 {
     const dsq_backend *be = c->be;
     if (c->m->arch.mla.q_lora_rank > 0) {
@@ -202,11 +210,16 @@ static dsq_status project(dsq_ctx *c, ds_state *s, int l, const float *xn, int n
     be->copy_rows(s->lat, s->L, s->kva, s->lr, s->L, n);
     be->copy_rows(s->kr, s->R, s->kva + s->L, s->lr, s->R, n);
     be->rmsnorm(&c->ex, s->lat, norm_w(c, l, DSQ_DS_NORM_KVA), s->lat, n, s->L, eps(c));
-    be->rope(&c->ex, &s->rope_q, s->q + s->nope, n, (int)s->H, s->H * s->qk, pos0);
-    be->rope(&c->ex, &s->rope_k, s->kr, n, 1, s->R, pos0);
-    float *row = s->cache[l] + (size_t)pos0 * (size_t)s->lr;
-    be->copy_rows(row, s->lr, s->lat, s->L, s->L, n);
-    be->copy_rows(row + s->L, s->lr, s->kr, s->R, s->R, n);
+    for (int i = 0, r0 = 0; i < ns; r0 += sg[i++].n) {
+        const dsq_seg *g = &sg[i];
+        float *kr = s->kr + (size_t)r0 * (size_t)s->R;
+        be->rope(&c->ex, &s->rope_q, s->q + (size_t)r0 * (size_t)(s->H * s->qk) + s->nope, g->n, (int)s->H,
+                 s->H * s->qk, g->pos0);
+        be->rope(&c->ex, &s->rope_k, kr, g->n, 1, s->R, g->pos0);
+        float *row = seq_cache(c, s, l, g->seq) + (size_t)g->pos0 * (size_t)s->lr;
+        be->copy_rows(row, s->lr, s->lat + (size_t)r0 * (size_t)s->L, s->L, s->L, g->n);
+        be->copy_rows(row + s->L, s->lr, kr, s->R, s->R, g->n);
+    }
     return DSQ_OK;
 }
 
@@ -219,22 +232,24 @@ static dsq_attn_shape shape_of(const ds_state *s, bool absorbed)
 
 /* Keys and values of every cached position from their latents; the hook
  * sees kv_b's input of the new rows only. */
-static dsq_status attend_expanded(dsq_ctx *c, ds_state *s, int l, int n, int pos0)
+static dsq_status attend_expanded(dsq_ctx *c, ds_state *s, int l, const dsq_seg *g, int r0)
 {
     const dsq_backend *be = c->be;
-    int T = pos0 + n;
+    int n = g->n, pos0 = g->pos0, T = pos0 + n;
     int64_t kvw = s->nope + s->vh;
+    const float *cache = seq_cache(c, s, l, g->seq);
     DSQ_TRY(reserve_expanded(c, s, T));
-    be->copy_rows(s->kvl, s->L, s->cache[l], s->lr, s->L, T);
-    DSQ_TRY(dsq_ctx_hook(c, l, DSQ_DS_KV_B, -1, s->lat, n));
+    be->copy_rows(s->kvl, s->L, cache, s->lr, s->L, T);
+    DSQ_TRY(dsq_ctx_hook(c, l, DSQ_DS_KV_B, -1, s->lat + (size_t)r0 * (size_t)s->L, n));
     DSQ_TRY_CTX(be->matmul(&c->ex, &c->m->layers[l].lin[DSQ_DS_KV_B], s->kvl, s->kvx, T), "layer %d, kv_b", l);
     for (int64_t h = 0; h < s->H; h++) {
         be->copy_rows(s->kx + h * s->qk, s->H * s->qk, s->kvx + h * kvw, s->H * kvw, s->nope, T);
-        be->copy_rows(s->kx + h * s->qk + s->nope, s->H * s->qk, s->cache[l] + s->L, s->lr, s->R, T);
+        be->copy_rows(s->kx + h * s->qk + s->nope, s->H * s->qk, cache + s->L, s->lr, s->R, T);
         be->copy_rows(s->vx + h * s->vh, s->H * s->vh, s->kvx + h * kvw + s->nope, s->H * kvw, s->vh, T);
     }
     dsq_attn_shape sh = shape_of(s, false);
-    return be->attention(&c->ex, &sh, s->q, s->kx, s->vx, s->att, n, pos0);
+    return be->attention(&c->ex, &sh, s->q + (size_t)r0 * (size_t)(s->H * s->qk), s->kx, s->vx,
+                         s->att + (size_t)r0 * (size_t)(s->H * s->vh), n, pos0);
 }
 
 /* Whether layer l has kv_b whole (HF) or only llama.cpp's split k_b / v_b (GGUF). */
@@ -285,27 +300,36 @@ static dsq_status absorb_weights(dsq_ctx *c, ds_state *s, int l)
     return DSQ_OK;
 }
 
-static dsq_status attend_absorbed(dsq_ctx *c, ds_state *s, int l, int n, int pos0)
+static dsq_status attend_absorbed(dsq_ctx *c, ds_state *s, int l, const dsq_seg *g, int r0)
 {
     const dsq_backend *be = c->be;
+    int n = g->n;
+    float *q = s->q + (size_t)r0 * (size_t)(s->H * s->qk), *qabs = s->qabs + (size_t)r0 * (size_t)(s->H * s->lr);
+    float *olat = s->olat + (size_t)r0 * (size_t)(s->H * s->L);
+    const float *cache = seq_cache(c, s, l, g->seq);
     DSQ_TRY(absorb_weights(c, s, l));
-    DSQ_TRY(dsq_ctx_hook(c, l, DSQ_DS_KV_B, -1, s->lat, n));
+    DSQ_TRY(dsq_ctx_hook(c, l, DSQ_DS_KV_B, -1, s->lat + (size_t)r0 * (size_t)s->L, n));
     dsq_head_mm qk = {(int)s->H, s->L, s->nope, s->wk[l], s->L * s->nope, s->H * s->qk, s->qk, s->H * s->lr, s->lr};
-    DSQ_TRY(be->head_matmul(&c->ex, &qk, s->q, s->qabs, n));
+    DSQ_TRY(be->head_matmul(&c->ex, &qk, q, qabs, n));
     for (int64_t h = 0; h < s->H; h++)
-        be->copy_rows(s->qabs + h * s->lr + s->L, s->H * s->lr, s->q + h * s->qk + s->nope, s->H * s->qk, s->R, n);
+        be->copy_rows(qabs + h * s->lr + s->L, s->H * s->lr, q + h * s->qk + s->nope, s->H * s->qk, s->R, n);
     dsq_attn_shape sh = shape_of(s, true);
-    DSQ_TRY(be->attention(&c->ex, &sh, s->qabs, s->cache[l], s->cache[l], s->olat, n, pos0));
+    DSQ_TRY(be->attention(&c->ex, &sh, qabs, cache, cache, olat, n, g->pos0));
     dsq_head_mm ov = {(int)s->H, s->vh, s->L, s->wv[l], s->vh * s->L, s->H * s->L, s->L, s->H * s->vh, s->vh};
-    return be->head_matmul(&c->ex, &ov, s->olat, s->att, n);
+    return be->head_matmul(&c->ex, &ov, olat, s->att + (size_t)r0 * (size_t)(s->H * s->vh), n);
 }
 
-static dsq_status attention_core(dsq_ctx *c, ds_state *s, int l, const float *xn, int n, int pos0)
+static dsq_status attention_core(dsq_ctx *c, ds_state *s, int l, const float *xn, const dsq_seg *sg, int ns, int n)
 {
-    DSQ_TRY(project(c, s, l, xn, n, pos0));
-    /* a GGUF's split k_b / v_b serve the absorbed form only */
-    if ((n <= ABSORB_MAX_ROWS && pos0 > 0) || !has_kv_b(c, l)) return attend_absorbed(c, s, l, n, pos0);
-    return attend_expanded(c, s, l, n, pos0);
+    DSQ_TRY(project(c, s, l, xn, sg, ns, n));
+    for (int i = 0, r0 = 0; i < ns; r0 += sg[i++].n) {
+        /* a GGUF's split k_b / v_b serve the absorbed form only */
+        if ((sg[i].n <= ABSORB_MAX_ROWS && sg[i].pos0 > 0) || !has_kv_b(c, l))
+            DSQ_TRY(attend_absorbed(c, s, l, &sg[i], r0));
+        else
+            DSQ_TRY(attend_expanded(c, s, l, &sg[i], r0));
+    }
+    return DSQ_OK;
 }
 
 /* ---- MLP ---- */
@@ -375,7 +399,9 @@ static dsq_status half(dsq_ctx *c, int l, int h, float *hidden, int n, int pos0)
     DSQ_TRY(reserve(c, s, n));
     if (h == HALF_ATTN) {
         c->be->rmsnorm(&c->ex, hidden, norm_w(c, l, DSQ_DS_NORM_ATTN), s->xn, n, s->D, eps(c));
-        DSQ_TRY(attention_core(c, s, l, s->xn, n, pos0));
+        int ns;
+        const dsq_seg *sg = dsq_ctx_segs(c, n, pos0, &ns);
+        DSQ_TRY(attention_core(c, s, l, s->xn, sg, ns, n));
         return tail(c, l, h, s->att, hidden, n);
     }
     c->be->rmsnorm(&c->ex, hidden, norm_w(c, l, DSQ_DS_NORM_FFN), s->xn, n, s->D, eps(c));
@@ -407,8 +433,9 @@ static dsq_status tail_input(dsq_ctx *c, int l, int h, const float *xn, float *t
     }
     DSQ_TRY(reserve(c, s, seqlen));
     size_t in = (size_t)seqlen * (size_t)s->D, out = (size_t)seqlen * (size_t)(s->H * s->vh);
+    dsq_seg one = {0, 0, seqlen};
     for (int i = 0; i < n_seq; i++) {
-        DSQ_TRY(attention_core(c, s, l, xn + (size_t)i * in, seqlen, 0));
+        DSQ_TRY(attention_core(c, s, l, xn + (size_t)i * in, &one, 1, seqlen));
         c->be->copy(tx + (size_t)i * out, s->att, out);
     }
     return DSQ_OK;

@@ -12,7 +12,7 @@ enum { HALF_ATTN = 0, HALF_MLP = 1 };
 
 typedef struct llama_state {
     dsq_attn_shape attn;
-    float **kcache, **vcache; /* per layer: n_ctx x kv width */
+    float **kcache, **vcache; /* per layer: n_seq x n_ctx x kv width */
     int64_t kw, vw;           /* key and value widths of a cache row */
     /* activation buffers for up to cap rows */
     int cap;
@@ -79,11 +79,12 @@ static dsq_status state_new(dsq_ctx *c, void **out)
     s->vcache = calloc((size_t)L, sizeof *s->vcache);
     if (!s->kcache || !s->vcache) st = dsq_fail(DSQ_ERR_NOMEM, "forward: out of memory");
     for (int64_t l = 0; st == DSQ_OK && l < L; l++) {
-        s->kcache[l] = c->be->alloc((size_t)c->n_ctx * (size_t)s->kw);
-        s->vcache[l] = c->be->alloc((size_t)c->n_ctx * (size_t)s->vw);
+        size_t pos = (size_t)c->n_seq * (size_t)c->n_ctx;
+        s->kcache[l] = c->be->alloc(pos * (size_t)s->kw);
+        s->vcache[l] = c->be->alloc(pos * (size_t)s->vw);
         if (!s->kcache[l] || !s->vcache[l])
-            st = dsq_fail(DSQ_ERR_NOMEM, "forward: out of memory for a KV cache of %d positions (%.1f MiB)", c->n_ctx,
-                          (double)c->n_ctx * (double)(s->kw + s->vw) * sizeof(float) * (double)L / 1048576.0);
+            st = dsq_fail(DSQ_ERR_NOMEM, "forward: out of memory for a KV cache of %zu positions (%.1f MiB)", pos,
+                          (double)pos * (double)(s->kw + s->vw) * sizeof(float) * (double)L / 1048576.0);
     }
     if (st != DSQ_OK) {
         state_free(c, s);
@@ -97,18 +98,30 @@ static const float *norm_w(const dsq_ctx *c, int l, int i) { return c->m->layers
 
 static float eps(const dsq_ctx *c) { return (float)c->m->arch.rms_norm_eps; }
 
-/* q, k, v of xn, rotated, stored in the cache at pos0.., attention into s->att. */
-static dsq_status attention_core(dsq_ctx *c, llama_state *s, int l, const float *xn, int n, int pos0)
+/* One segment's rows (from row r0): rotated at its positions, stored in its
+ * sequence's cache, attending over that cache. */
+static dsq_status attend_segment(dsq_ctx *c, llama_state *s, int l, const dsq_seg *g, int r0)
 {
     const dsq_model *m = c->m;
+    float *q = s->q + (size_t)r0 * (size_t)m->q_dim, *k = s->k + (size_t)r0 * (size_t)s->kw;
+    size_t base = (size_t)g->seq * (size_t)c->n_ctx;
+    float *kc = s->kcache[l] + base * (size_t)s->kw, *vc = s->vcache[l] + base * (size_t)s->vw;
+    c->be->rope(&c->ex, &c->rope, q, g->n, s->attn.n_heads, m->q_dim, g->pos0);
+    c->be->rope(&c->ex, &c->rope, k, g->n, s->attn.n_kv_heads, s->kw, g->pos0);
+    c->be->copy(kc + (size_t)g->pos0 * (size_t)s->kw, k, (size_t)g->n * (size_t)s->kw);
+    c->be->copy(vc + (size_t)g->pos0 * (size_t)s->vw, s->v + (size_t)r0 * (size_t)s->vw, (size_t)g->n * (size_t)s->vw);
+    return c->be->attention(&c->ex, &s->attn, q, kc, vc, s->att + (size_t)r0 * (size_t)m->q_dim, g->n, g->pos0);
+}
+
+/* q, k, v of xn (every segment's rows together), then each segment's
+ * attention into s->att. */
+static dsq_status attention_core(dsq_ctx *c, llama_state *s, int l, const float *xn, const dsq_seg *sg, int ns, int n)
+{
     DSQ_TRY(dsq_ctx_linear(c, l, DSQ_LLAMA_Q, xn, s->q, n));
     DSQ_TRY(dsq_ctx_linear(c, l, DSQ_LLAMA_K, xn, s->k, n));
     DSQ_TRY(dsq_ctx_linear(c, l, DSQ_LLAMA_V, xn, s->v, n));
-    c->be->rope(&c->ex, &c->rope, s->q, n, s->attn.n_heads, m->q_dim, pos0);
-    c->be->rope(&c->ex, &c->rope, s->k, n, s->attn.n_kv_heads, s->kw, pos0);
-    c->be->copy(s->kcache[l] + (size_t)pos0 * (size_t)s->kw, s->k, (size_t)n * (size_t)s->kw);
-    c->be->copy(s->vcache[l] + (size_t)pos0 * (size_t)s->vw, s->v, (size_t)n * (size_t)s->vw);
-    return c->be->attention(&c->ex, &s->attn, s->q, s->kcache[l], s->vcache[l], s->att, n, pos0);
+    for (int i = 0, r0 = 0; i < ns; r0 += sg[i++].n) DSQ_TRY(attend_segment(c, s, l, &sg[i], r0));
+    return DSQ_OK;
 }
 
 /* hidden += W x for the tail linear of half h. */
@@ -137,7 +150,9 @@ static dsq_status half(dsq_ctx *c, int l, int h, float *hidden, int n, int pos0)
     DSQ_TRY(reserve(c, s, n));
     if (h == HALF_ATTN) {
         c->be->rmsnorm(&c->ex, hidden, norm_w(c, l, DSQ_LLAMA_NORM_ATTN), s->xn, n, m->dim, eps(c));
-        DSQ_TRY(attention_core(c, s, l, s->xn, n, pos0));
+        int ns;
+        const dsq_seg *sg = dsq_ctx_segs(c, n, pos0, &ns);
+        DSQ_TRY(attention_core(c, s, l, s->xn, sg, ns, n));
         return tail(c, l, h, s->att, hidden, n);
     }
     c->be->rmsnorm(&c->ex, hidden, norm_w(c, l, DSQ_LLAMA_NORM_FFN), s->xn, n, m->dim, eps(c));
@@ -158,8 +173,9 @@ static dsq_status tail_input(dsq_ctx *c, int l, int h, const float *xn, float *t
     if (h == HALF_MLP) return mlp_core(c, l, xn, tx, work, n_seq * seqlen);
     DSQ_TRY(reserve(c, s, seqlen));
     size_t in = (size_t)seqlen * (size_t)c->m->dim, out = (size_t)seqlen * (size_t)c->m->q_dim;
+    dsq_seg one = {0, 0, seqlen};
     for (int i = 0; i < n_seq; i++) {
-        DSQ_TRY(attention_core(c, s, l, xn + (size_t)i * in, seqlen, 0));
+        DSQ_TRY(attention_core(c, s, l, xn + (size_t)i * in, &one, 1, seqlen));
         c->be->copy(tx + (size_t)i * out, s->att, out);
     }
     return DSQ_OK;

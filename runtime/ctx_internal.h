@@ -13,6 +13,11 @@ struct dsq_ctx {
     const dsq_block_impl *impl;
     dsq_exec ex;
     int n_ctx;
+    int n_seq; /* sequences, each with n_ctx cache positions */
+    /* the batch dsq_forward_batch is running, or NULL: one segment of sequence 0 */
+    const dsq_seg *segs;
+    int n_segs;
+    dsq_seg one;
     dsq_rope rope;
     void *state; /* the block implementation's (KV cache, scratch) */
     /* the residual stream of dsq_forward for up to cap rows */
@@ -26,6 +31,10 @@ struct dsq_ctx {
     void *user;
     int hooks_off; /* while a NaN is being traced */
 };
+
+/* The segments of the rows a half runs: the batch's, or one segment of
+ * sequence 0 (n rows at pos0) outside dsq_forward_batch. */
+const dsq_seg *dsq_ctx_segs(dsq_ctx *c, int n, int pos0, int *n_segs);
 
 /* y = x W^T + b for linear `id` of `layer` (n rows), after the linear hook;
  * failures name the layer and the linear. */

@@ -8,6 +8,18 @@
 
 const dsq_model *dsq_ctx_model(const dsq_ctx *c) { return c->m; }
 int dsq_ctx_n_ctx(const dsq_ctx *c) { return c->n_ctx; }
+int dsq_ctx_n_seq(const dsq_ctx *c) { return c->n_seq; }
+
+const dsq_seg *dsq_ctx_segs(dsq_ctx *c, int n, int pos0, int *n_segs)
+{
+    if (c->segs) {
+        *n_segs = c->n_segs;
+        return c->segs;
+    }
+    c->one = (dsq_seg){0, pos0, n};
+    *n_segs = 1;
+    return &c->one;
+}
 const dsq_backend *dsq_ctx_backend(const dsq_ctx *c) { return c->be; }
 
 void dsq_ctx_set_llamacpp_act(dsq_ctx *c, bool llamacpp)
@@ -38,10 +50,13 @@ static dsq_status reserve(dsq_ctx *c, int n)
     return DSQ_OK;
 }
 
-dsq_status dsq_ctx_new_on(const dsq_model *m, const dsq_backend *be, int n_ctx, int n_threads, dsq_ctx **out)
+dsq_status dsq_ctx_new_seqs(const dsq_model *m, const dsq_backend *be, int n_ctx, int n_seq, int n_threads,
+                            dsq_ctx **out)
 {
     *out = NULL;
     if (n_ctx <= 0) return dsq_fail(DSQ_ERR_ARG, "context size must be positive, not %d", n_ctx);
+    if (n_seq <= 0 || (int64_t)n_seq * n_ctx > INT32_MAX)
+        return dsq_fail(DSQ_ERR_ARG, "forward: %d sequences of %d positions", n_seq, n_ctx);
     const dsq_block_impl *impl = dsq_block_impl_of(m->block);
     if (!impl) return dsq_fail(DSQ_ERR_UNSUPPORTED, "forward: no block implementation for %s", m->block->name);
     dsq_ctx *c = calloc(1, sizeof *c);
@@ -50,6 +65,7 @@ dsq_status dsq_ctx_new_on(const dsq_model *m, const dsq_backend *be, int n_ctx, 
     c->be = be;
     c->impl = impl;
     c->n_ctx = n_ctx;
+    c->n_seq = n_seq;
     c->ex.threads = n_threads;
     /* MLA rotates only qk_rope_head_dim of each query/key head */
     dsq_arch ra = m->arch;
@@ -62,6 +78,11 @@ dsq_status dsq_ctx_new_on(const dsq_model *m, const dsq_backend *be, int n_ctx, 
     }
     *out = c;
     return DSQ_OK;
+}
+
+dsq_status dsq_ctx_new_on(const dsq_model *m, const dsq_backend *be, int n_ctx, int n_threads, dsq_ctx **out)
+{
+    return dsq_ctx_new_seqs(m, be, n_ctx, 1, n_threads, out);
 }
 
 dsq_status dsq_ctx_new(const dsq_model *m, int n_ctx, int n_threads, dsq_ctx **out)
@@ -186,12 +207,18 @@ dsq_status dsq_forward_tail_input(dsq_ctx *c, int layer, int half, const float *
     return c->impl->tail_input(c, layer, half, xn, tx, work, n_seq, seqlen);
 }
 
-dsq_status dsq_forward_layer(dsq_ctx *c, int layer, float *hidden, int n, int pos0)
+/* Both halves and the layer hook; the rows are the batch's segments, or n at pos0. */
+static dsq_status layer_run(dsq_ctx *c, int layer, float *hidden, int n, int pos0)
 {
-    DSQ_TRY(layer_call(c, layer, n, pos0));
     for (int h = 0; h < c->m->block->n_halves; h++) DSQ_TRY(c->impl->half(c, layer, h, hidden, n, pos0));
     if (c->on_layer && !c->hooks_off) DSQ_TRY(c->on_layer(c->user, layer, hidden, n, c->m->dim));
     return DSQ_OK;
+}
+
+dsq_status dsq_forward_layer(dsq_ctx *c, int layer, float *hidden, int n, int pos0)
+{
+    DSQ_TRY(layer_call(c, layer, n, pos0));
+    return layer_run(c, layer, hidden, n, pos0);
 }
 
 dsq_status dsq_forward_embed(dsq_ctx *c, const int32_t *tokens, int n, float *hidden)
@@ -233,7 +260,7 @@ static dsq_status run_layers(dsq_ctx *c, const int32_t *tokens, int n, int pos0,
         return DSQ_OK;
     }
     for (int l = 0; l < m->arch.n_layers; l++) {
-        DSQ_TRY(dsq_forward_layer(c, l, c->h, n, pos0));
+        DSQ_TRY(layer_run(c, l, c->h, n, pos0));
         if (check && first_nonfinite(c->h, hn) >= 0) {
             *bad_layer = l;
             return DSQ_OK;
@@ -267,6 +294,7 @@ static dsq_status trace_nan(dsq_ctx *c, const int32_t *tokens, int n, int pos0, 
 dsq_status dsq_forward_range(dsq_ctx *c, const int32_t *tokens, int n, int pos0, int first_out, float *logits)
 {
     DSQ_TRY(check_range(c, n, pos0));
+    c->segs = NULL;
     if (first_out < 0 || first_out >= n)
         return dsq_fail(DSQ_ERR_ARG, "forward: first output row %d outside [0, %d)", first_out, n);
     DSQ_TRY(reserve(c, n));
@@ -283,4 +311,56 @@ dsq_status dsq_forward_range(dsq_ctx *c, const int32_t *tokens, int n, int pos0,
 dsq_status dsq_forward(dsq_ctx *c, const int32_t *tokens, int n, int pos0, float *logits)
 {
     return dsq_forward_range(c, tokens, n, pos0, 0, logits);
+}
+
+/* Segments in range, each sequence at most once; output rows increasing. */
+static dsq_status check_batch(const dsq_ctx *c, const dsq_seg *sg, int ns, const int *out_rows, int n_out, int *n)
+{
+    if (ns <= 0) return dsq_fail(DSQ_ERR_ARG, "forward: a batch of %d segments", ns);
+    int64_t total = 0;
+    for (int i = 0; i < ns; i++) {
+        if (sg[i].seq < 0 || sg[i].seq >= c->n_seq)
+            return dsq_fail(DSQ_ERR_ARG, "forward: sequence %d of %d", sg[i].seq, c->n_seq);
+        if (sg[i].n <= 0 || sg[i].pos0 < 0 || sg[i].pos0 > c->n_ctx - sg[i].n)
+            return dsq_fail(DSQ_ERR_ARG, "forward: sequence %d: %d tokens at position %d do not fit a context of %d",
+                            sg[i].seq, sg[i].n, sg[i].pos0, c->n_ctx);
+        for (int j = 0; j < i; j++)
+            if (sg[j].seq == sg[i].seq) return dsq_fail(DSQ_ERR_ARG, "forward: sequence %d twice in a batch", sg[i].seq);
+        total += sg[i].n;
+    }
+    if (total > INT32_MAX / 2) return dsq_fail(DSQ_ERR_ARG, "forward: a batch of %lld rows", (long long)total);
+    for (int i = 0; i < n_out; i++)
+        if (out_rows[i] < 0 || out_rows[i] >= total || (i > 0 && out_rows[i] <= out_rows[i - 1]))
+            return dsq_fail(DSQ_ERR_ARG, "forward: output row %d (of %lld rows) out of order", out_rows[i],
+                            (long long)total);
+    *n = (int)total;
+    return DSQ_OK;
+}
+
+dsq_status dsq_forward_batch(dsq_ctx *c, const int32_t *tokens, const dsq_seg *segs, int n_segs, const int *out_rows,
+                             int n_out, float *logits)
+{
+    int n = 0;
+    DSQ_TRY(check_batch(c, segs, n_segs, out_rows, n_out, &n));
+    DSQ_TRY(reserve(c, n));
+    c->segs = segs;
+    c->n_segs = n_segs;
+    int unused;
+    dsq_status s = run_layers(c, tokens, n, 0, false, &unused);
+    if (s == DSQ_OK && logits && n_out > 0) {
+        size_t dim = (size_t)c->m->dim;
+        /* rows move down only (out_rows increase), so in place is safe */
+        for (int i = 0; i < n_out; i++)
+            if (out_rows[i] != i) c->be->copy(c->h + (size_t)i * dim, c->h + (size_t)out_rows[i] * dim, dim);
+        s = dsq_forward_head(c, c->h, n_out, logits);
+        int64_t bad = s == DSQ_OK ? first_nonfinite(logits, (size_t)n_out * (size_t)c->m->vocab) : -1;
+        if (bad >= 0) {
+            int row = out_rows[bad / c->m->vocab], r0 = 0, k = 0;
+            while (k < n_segs - 1 && row >= r0 + segs[k].n) r0 += segs[k++].n;
+            s = trace_nan(c, tokens, n, 0, row, bad % c->m->vocab);
+            dsq_fail_context(s, "sequence %d, position %d", segs[k].seq, segs[k].pos0 + row - r0);
+        }
+    }
+    c->segs = NULL;
+    return s;
 }

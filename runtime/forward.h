@@ -32,10 +32,15 @@ typedef dsq_status (*dsq_linear_hook_fn)(void *user, int layer, int linear, int 
 /* hidden: n_tok x dim, the residual stream after decoder layer `layer`. */
 typedef dsq_status (*dsq_layer_hook_fn)(void *user, int layer, const float *hidden, int n_tok, int64_t dim);
 
-/* n_ctx: positions the KV cache holds. n_threads <= 0: the backend's default
+/* n_ctx: positions the KV cache holds (per sequence). n_threads <= 0: the backend's default
  * (for the CPU, dsq_cpu_threads()'s). dsq_ctx_new runs on the CPU backend. */
 dsq_status dsq_ctx_new(const dsq_model *m, int n_ctx, int n_threads, dsq_ctx **out);
 dsq_status dsq_ctx_new_on(const dsq_model *m, const dsq_backend *be, int n_ctx, int n_threads, dsq_ctx **out);
+/* A context holding n_seq independent sequences (slots), each with a KV
+ * cache of n_ctx positions, for dsq_forward_batch. */
+dsq_status dsq_ctx_new_seqs(const dsq_model *m, const dsq_backend *be, int n_ctx, int n_seq, int n_threads,
+                            dsq_ctx **out);
+int dsq_ctx_n_seq(const dsq_ctx *c);
 const dsq_backend *dsq_ctx_backend(const dsq_ctx *c);
 void dsq_ctx_free(dsq_ctx *c);
 const dsq_model *dsq_ctx_model(const dsq_ctx *c);
@@ -77,6 +82,21 @@ dsq_status dsq_forward(dsq_ctx *c, const int32_t *tokens, int n, int pos0, float
  * layer whose output was not finite (found by re-running the layers with
  * checks, so the check costs nothing while all is well). */
 dsq_status dsq_forward_range(dsq_ctx *c, const int32_t *tokens, int n, int pos0, int first_out, float *logits);
+
+/* A run of consecutive rows of a batch: n tokens of sequence seq at
+ * positions pos0.. (the cache of seq keeps what earlier calls stored below
+ * pos0). */
+typedef struct dsq_seg {
+    int seq, pos0, n;
+} dsq_seg;
+
+/* Continuous batching: the rows of n_segs segments (in order, each sequence
+ * at most once) go through every product together, each segment attending
+ * over its own sequence's cache. Logits are written for the n_out rows
+ * out_rows[] (increasing batch row indices): n_out x vocab. The
+ * single-sequence calls are a batch of one segment of sequence 0. */
+dsq_status dsq_forward_batch(dsq_ctx *c, const int32_t *tokens, const dsq_seg *segs, int n_segs, const int *out_rows,
+                             int n_out, float *logits);
 
 /* The pieces, for layer-by-layer drivers (calibration): hidden is n x dim. */
 dsq_status dsq_forward_embed(dsq_ctx *c, const int32_t *tokens, int n, float *hidden);

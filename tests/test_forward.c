@@ -803,6 +803,75 @@ static void test_tiny_gguf_equals_hf(void **state)
     }
 }
 
+
+/* Continuous batching: two sequences prefilled and decoded together, in
+ * segments of different lengths and positions, give each sequence the logits
+ * it gets alone; a batch that breaks the rules is refused by name. */
+static void test_batch_equals_alone(void **state)
+{
+    (void)state;
+    static const int32_t b_toks[9] = {1, 5, 77, 31, 31, 8, 100, 2, 64};
+    for (int k = 0; k < 2; k++) {
+        char *dir = dsq_test_mkdtemp();
+        tiny_model tm;
+        tiny_build(&tm, (tiny_kind)k);
+        char *hf = tiny_write_hf(&tm, dir);
+        float *ra = run_logits(hf, g_tiny_toks, 11), *rb = run_logits(hf, b_toks, 9);
+        dsq_model *m;
+        dsq_ctx *c;
+        expect_ok(dsq_model_open(hf, &m));
+        expect_ok(dsq_ctx_new_seqs(m, &dsq_backend_cpu, 16, 3, 2, &c));
+        assert_int_equal(dsq_ctx_n_seq(c), 3);
+        /* steps: (A rows, B rows) = (6 from 0, 4 from 0), (5 from 6, 1 from 4), (none, 4 from 5) */
+        struct {
+            int a0, an, b0, bn;
+        } steps[] = {{0, 6, 0, 4}, {6, 5, 4, 1}, {0, 0, 5, 4}};
+        float *lg = malloc(16 * T_VOCAB * sizeof *lg);
+        for (size_t st = 0; st < sizeof steps / sizeof steps[0]; st++) {
+            int32_t toks[16];
+            dsq_seg sg[2];
+            int ns = 0, n = 0, rows[16];
+            if (steps[st].an) {
+                sg[ns++] = (dsq_seg){2, steps[st].a0, steps[st].an};
+                for (int i = 0; i < steps[st].an; i++) toks[n++] = g_tiny_toks[steps[st].a0 + i];
+            }
+            sg[ns++] = (dsq_seg){0, steps[st].b0, steps[st].bn};
+            for (int i = 0; i < steps[st].bn; i++) toks[n++] = b_toks[steps[st].b0 + i];
+            for (int i = 0; i < n; i++) rows[i] = i;
+            expect_ok(dsq_forward_batch(c, toks, sg, ns, rows, n, lg));
+            int r = 0;
+            for (int i = 0; i < steps[st].an; i++, r++)
+                assert_close(lg + (size_t)r * T_VOCAB, ra + (size_t)(steps[st].a0 + i) * T_VOCAB, T_VOCAB, 1e-4f,
+                             "batched A");
+            for (int i = 0; i < steps[st].bn; i++, r++)
+                assert_close(lg + (size_t)r * T_VOCAB, rb + (size_t)(steps[st].b0 + i) * T_VOCAB, T_VOCAB, 1e-4f,
+                             "batched B");
+        }
+        /* only the last row of each segment: the head sees just those */
+        int32_t two[2] = {g_tiny_toks[0], b_toks[0]};
+        dsq_seg fresh[2] = {{1, 0, 1}, {2, 0, 1}};
+        int last[1] = {1};
+        expect_ok(dsq_forward_batch(c, two, fresh, 2, last, 1, lg));
+        assert_close(lg, rb, T_VOCAB, 1e-4f, "output row selection");
+        /* refusals */
+        dsq_seg twice[2] = {{0, 0, 1}, {0, 1, 1}}, far[1] = {{1, 15, 2}}, bad_seq[1] = {{3, 0, 1}};
+        int back[2] = {1, 0};
+        assert_int_equal(dsq_forward_batch(c, two, twice, 2, NULL, 0, NULL), DSQ_ERR_ARG);
+        assert_non_null(strstr(dsq_errmsg(), "sequence 0 twice"));
+        assert_int_equal(dsq_forward_batch(c, two, far, 1, NULL, 0, NULL), DSQ_ERR_ARG);
+        assert_non_null(strstr(dsq_errmsg(), "do not fit a context of 16"));
+        assert_int_equal(dsq_forward_batch(c, two, bad_seq, 1, NULL, 0, NULL), DSQ_ERR_ARG);
+        assert_non_null(strstr(dsq_errmsg(), "sequence 3 of 3"));
+        assert_int_equal(dsq_forward_batch(c, two, fresh, 2, back, 2, lg), DSQ_ERR_ARG);
+        assert_non_null(strstr(dsq_errmsg(), "out of order"));
+        free(lg), free(ra), free(rb), free(hf);
+        dsq_ctx_free(c);
+        dsq_model_close(m);
+        tiny_free(&tm);
+        dsq_test_rmtmp(dir);
+    }
+}
+
 typedef struct hook_log {
     int lin_calls[T_LAYERS][DSQ_LLAMA_N_LINEARS];
     int layer_calls[T_LAYERS];
@@ -1412,6 +1481,7 @@ int main(void)
         cmocka_unit_test(test_attention_vs_naive),
         cmocka_unit_test(test_tiny_gguf_equals_hf),
         cmocka_unit_test(test_tiny_forward_paths),
+        cmocka_unit_test(test_batch_equals_alone),
         cmocka_unit_test(test_llamacpp_act),
         cmocka_unit_test(test_ppl_protocols),
         cmocka_unit_test(test_dataset_lookup),
