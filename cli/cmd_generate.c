@@ -148,33 +148,19 @@ static dsq_status prompt_tokens(const gen_args *a, const dsq_model *m, const dsq
                                 int32_t *stop, size_t *n_stop)
 {
     if (!a->chat) return dsq_tokenizer_encode(tok, a->prompt, strlen(a->prompt), true, true, ids);
-    char *tmpl = NULL, *text = NULL;
+    char *tmpl = NULL;
     dsq_chat_template t = {0};
     dsq_status s = dsq_chat_template_text(m->ckpt, &tmpl);
     if (s == DSQ_OK) s = dsq_chat_detect(tmpl, &t);
     dsq_chat_msg msgs[2] = {{"system", a->system}, {"user", a->prompt}};
-    if (s == DSQ_OK) s = dsq_chat_render(&t, a->system ? msgs : msgs + 1, a->system ? 2 : 1, true, &text);
-    if (s == DSQ_OK) s = dsq_tokenizer_encode(tok, text, strlen(text), false, true, ids);
-    int32_t bos = dsq_tokenizer_bos(tok);
-    /* The tokenizer's BOS, unless the template already wrote it. */
-    if (s == DSQ_OK && dsq_tokenizer_add_bos(tok) && bos >= 0 && (ids->n == 0 || ids->ids[0] != bos)) {
-        int32_t *p = realloc(ids->ids, (ids->n + 1) * sizeof *p);
-        if (!p) s = dsq_fail(DSQ_ERR_NOMEM, "generate: out of memory");
-        else {
-            memmove(p + 1, p, ids->n * sizeof *p);
-            p[0] = bos;
-            ids->ids = p, ids->n++, ids->cap = ids->n;
-        }
-    }
-    const char *end = dsq_chat_end_text(&t);
-    int32_t et = s == DSQ_OK && end ? dsq_tokenizer_find(tok, end, strlen(end)) : -1;
+    int32_t et = -1;
+    if (s == DSQ_OK) s = dsq_chat_tokens(&t, tok, a->system ? msgs : msgs + 1, a->system ? 2 : 1, ids, &et);
     if (et >= 0) stop[(*n_stop)++] = et;
     if (s == DSQ_OK)
         fprintf(stderr, "dsquant: chat template: %s%s\n", dsq_chat_format_name(t.format),
                 t.default_system ? " (with its default system prompt)" : "");
     dsq_chat_template_free(&t);
     free(tmpl);
-    free(text);
     return s;
 }
 

@@ -23,6 +23,7 @@ int dsq_cmd_generate(int argc, char **argv);
 int dsq_cmd_imatrix(int argc, char **argv);
 int dsq_cmd_tokenize(int argc, char **argv);
 int dsq_cmd_logits(int argc, char **argv);
+int dsq_cmd_serve(int argc, char **argv);
 /* rtn, awq, gptq (cli/cmd_quant.c; argv[0] picks the method). */
 int dsq_cmd_quant(int argc, char **argv);
 /* smoothquant, fp8 (cli/cmd_w8.c; argv[0] picks the method). */

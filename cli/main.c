@@ -14,6 +14,7 @@ static const dsq_cmd g_cmds[] = {
     {"ppl", "perplexity of a model on a text (llama.cpp or AWQ/GPTQ protocol)", dsq_cmd_ppl},
     {"kld", "KL divergence of a quantized model from its base (llama-perplexity's)", dsq_cmd_kld},
     {"generate", "generate text from a prompt (greedy or sampled, --chat templates)", dsq_cmd_generate},
+    {"serve", "OpenAI-compatible server with continuous batching (completions, chat, lm-eval logprobs)", dsq_cmd_serve},
     {"imatrix", "importance matrix for quantization, like llama-imatrix", dsq_cmd_imatrix},
     {"rtn", "INTn round-to-nearest to a GPTQ/AWQ/compressed-tensors HF folder", dsq_cmd_quant},
     {"awq", "AWQ (AutoAWQ) INT4 quantization to a vLLM/transformers-loadable folder", dsq_cmd_quant},

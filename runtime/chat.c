@@ -335,3 +335,37 @@ dsq_status dsq_chat_render(const dsq_chat_template *t, const dsq_chat_msg *msgs,
     *out = b.p;
     return DSQ_OK;
 }
+
+dsq_status dsq_chat_by_name(const char *name, dsq_chat_template *out)
+{
+    static const struct {
+        const char *name, *markers;
+    } known[] = {{"chatml", "<|im_start|>"},
+                 {"llama3", "<|start_header_id|>"},
+                 {"llama2", "[INST] <<SYS>>"},
+                 {"mistral", "[INST]"},
+                 {"deepseek-r1", "<\xef\xbd\x9cUser\xef\xbd\x9c>"}};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(name, known[i].name)) return dsq_chat_detect(known[i].markers, out);
+    return dsq_fail(DSQ_ERR_ARG, "unknown chat template \"%s\" (chatml, llama3, llama2, mistral, deepseek-r1)", name);
+}
+
+dsq_status dsq_chat_tokens(const dsq_chat_template *t, const dsq_tokenizer *tok, const dsq_chat_msg *msgs, size_t n,
+                           dsq_tokens *ids, int32_t *end_id)
+{
+    char *text = NULL;
+    DSQ_TRY(dsq_chat_render(t, msgs, n, true, &text));
+    dsq_status s = dsq_tokenizer_encode(tok, text, strlen(text), false, true, ids);
+    free(text);
+    int32_t bos = dsq_tokenizer_bos(tok);
+    if (s == DSQ_OK && dsq_tokenizer_add_bos(tok) && bos >= 0 && (ids->n == 0 || ids->ids[0] != bos)) {
+        int32_t *p = realloc(ids->ids, (ids->n + 1) * sizeof *p);
+        if (!p) return dsq_fail(DSQ_ERR_NOMEM, "chat: out of memory");
+        memmove(p + 1, p, ids->n * sizeof *p);
+        p[0] = bos;
+        ids->ids = p, ids->n++, ids->cap = ids->n;
+    }
+    const char *end = dsq_chat_end_text(t);
+    *end_id = end ? dsq_tokenizer_find(tok, end, strlen(end)) : -1;
+    return s;
+}

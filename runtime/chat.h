@@ -32,6 +32,7 @@
 
 #include "core/status.h"
 #include "formats/checkpoint.h"
+#include "runtime/tokenizer.h"
 
 typedef enum dsq_chat_format {
     DSQ_CHAT_CHATML = 1,
@@ -67,6 +68,18 @@ const char *dsq_chat_format_name(dsq_chat_format f);
  * are DSQ_ERR_ARG. */
 dsq_status dsq_chat_render(const dsq_chat_template *t, const dsq_chat_msg *msgs, size_t n, bool add_generation_prompt,
                            char **out);
+
+/* A family by name (chatml, llama3, llama2, mistral, deepseek-r1), for
+ * models whose template is missing or not recognised; DSQ_ERR_ARG naming the
+ * families for any other name. */
+dsq_status dsq_chat_by_name(const char *name, dsq_chat_template *out);
+
+/* The prompt ids of msgs with the generation prompt: rendered, tokenized
+ * with special tokens parsed, and the tokenizer's BOS first when it adds
+ * one and the template did not write it. *end_id: the end-of-turn token, or
+ * -1 when the vocabulary lacks it. */
+dsq_status dsq_chat_tokens(const dsq_chat_template *t, const dsq_tokenizer *tok, const dsq_chat_msg *msgs, size_t n,
+                           dsq_tokens *ids, int32_t *end_id);
 
 /* Text of the token that ends an assistant turn ("<|im_end|>", "<|eot_id|>", ...). */
 const char *dsq_chat_end_text(const dsq_chat_template *t);

@@ -9,7 +9,7 @@
 set -euo pipefail
 
 DEB_PKGS=(build-essential cmake pkg-config libcjson-dev libzstd-dev libcmocka-dev
-          libpcre2-dev libcurl4-openssl-dev zlib1g-dev zstd python3 python3-venv python3-pip
+          libpcre2-dev libcurl4-openssl-dev libmicrohttpd-dev zlib1g-dev zstd python3 python3-venv python3-pip
           jq)  # jq: scripts/golden.sh and scripts/bench-ab.sh read the --json summaries
 
 missing=()
