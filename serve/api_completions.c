@@ -13,12 +13,15 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/grow.h"
+#include "core/log.h"
 #include "core/utf8.h"
 #include "serve/api_request.h"
 
 #define MAX_PROMPTS 256
 #define WAIT_MS 100
+#define KEEPALIVE_S 10.0
 
 typedef struct choice {
     dsq_srv_req *req;
@@ -43,6 +46,7 @@ typedef struct job {
     long long created;
     /* streaming */
     bool role_sent, ended;
+    double last_out; /* when bytes last went out, for keep-alive comments */
     char *out;
     size_t out_len, out_cap, out_off;
 } job;
@@ -183,7 +187,11 @@ static bool pump(job *j, choice *c, int ms)
         c->fin = fin;
         c->done = true;
     }
-    if (!c->done && n == 0 && dsq_peer_gone(j->fd)) return false;
+    if (!c->done && n == 0 && dsq_peer_gone(j->fd)) {
+        DSQ_LOGD("serve: %s: the client closed the connection", j->id);
+        dsq_srv_cancel(c->req);
+        return false;
+    }
     return true;
 }
 
@@ -396,6 +404,9 @@ static bool stream_fill(job *j)
         if (!pump(j, c, WAIT_MS)) return false;
         if (!c->done) {
             stream_chunk(j, j->cur, NULL);
+            /* a request waiting in the queue says nothing for a while: an SSE comment keeps the connection alive */
+            if (j->out_len == 0 && dsq_now_s() - j->last_out > KEEPALIVE_S)
+                append(&j->out, &j->out_len, &j->out_cap, ": keep-alive\n\n", 14);
             continue;
         }
         if (c->fin == DSQ_FINISH_ERROR) stream_error(j, c->req ? dsq_srv_error(c->req) : "out of memory");
@@ -412,6 +423,7 @@ static ssize_t stream_next(void *st, char *buf, size_t max)
     if (!stream_fill(j)) return -1;
     size_t n = j->out_len - j->out_off < max ? j->out_len - j->out_off : max;
     memcpy(buf, j->out + j->out_off, n);
+    j->last_out = dsq_now_s();
     j->out_off += n;
     return (ssize_t)n;
 }
@@ -514,6 +526,7 @@ void dsq_api_completions(dsq_server *sv, const dsq_http_req *q, bool chat, dsq_r
         whole_reply(j, r);
         return job_free(j);
     }
+    j->last_out = dsq_now_s();
     r->status = 200;
     r->stream = (dsq_stream){stream_next, stream_done, j};
 }

@@ -20,6 +20,10 @@
 #include "core/log.h"
 #include "serve/api.h"
 
+/* Seconds a connection may stay silent (a non-streamed request waiting in
+ * a long queue is silent until its answer). */
+#define IDLE_TIMEOUT_S 600
+
 /* ---- replies ---- */
 
 void dsq_reply_json(dsq_reply *r, int status, cJSON *j)
@@ -323,7 +327,7 @@ dsq_status dsq_server_start(const dsq_serve_opts *o, dsq_server **out)
         sv->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC,
                                       0, NULL, NULL, on_request, sv, MHD_OPTION_LISTEN_SOCKET, sv->listen_fd,
                                       MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_CONNECTION_TIMEOUT,
-                                      (unsigned)60, MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv, MHD_OPTION_END);
+                                      (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv, MHD_OPTION_END);
         if (!sv->daemon) s = dsq_fail(DSQ_ERR_IO, "cannot start the HTTP server on %s:%d", o->host, o->port);
     }
     if (s != DSQ_OK) {
