@@ -22,6 +22,14 @@ PY="${DSQ_CACHE:-$HOME/.cache/dsquant}/venv/bin/python"
 [ -x "$PY" ] || PY=python3
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDSQ_CUDA=AUTO -DDSQ_PYTHON="$PY" >/dev/null
 cmake --build build -j"$JOBS"
+# The trained tiny DeepSeek-V3 of py_test_deepseek_quality (cached; 10+ minutes
+# the first time on 2 cores): trained here, alone, so that the test's timeout
+# never has to hold the training beside other tests.
+# Exit status 77 is its skip (no ../shared, or no torch where Python is off).
+rc=0
+OMP_WAIT_POLICY=passive DSQ_BINARY="$PWD/build/dsquant" "$PY" tests/integration/test_deepseek_quality.py --train-only ||
+  rc=$?
+[ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
 (cd build && ctest --output-on-failure -j"$JOBS")
 
 # Sanitizer run: the C tests again under ASan+UBSan (CUDA off: nvcc and ASan do not mix).
@@ -29,3 +37,9 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDSQ_SANITIZE=ON -DDSQ_CUDA=O
 cmake --build build-asan -j"$JOBS"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
    ctest --output-on-failure -j"$JOBS" -E '^py_')
+# The server's reliability cases against the sanitizer build: a report aborts
+# the server, a leak makes its exit status non-zero (tests/integration/test_serve.py).
+rc=0
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_WAIT_POLICY=passive \
+  DSQ_BINARY="$PWD/build-asan/dsquant" "$PY" tests/integration/test_serve.py --sanitized || rc=$?
+[ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"

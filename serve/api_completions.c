@@ -422,7 +422,7 @@ static ssize_t stream_next(void *st, char *buf, size_t max)
     job *j = st;
     if (!stream_fill(j)) return -1;
     size_t n = j->out_len - j->out_off < max ? j->out_len - j->out_off : max;
-    memcpy(buf, j->out + j->out_off, n);
+    if (n > 0) memcpy(buf, j->out + j->out_off, n);
     j->last_out = dsq_now_s();
     j->out_off += n;
     return (ssize_t)n;

@@ -131,7 +131,7 @@ int dsq_srv_wait(dsq_srv_req *r, dsq_srv_tok *out, int max, int timeout_ms, dsq_
             if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) == ETIMEDOUT) break;
     }
     int n = r->n_ev - r->read < max ? r->n_ev - r->read : max;
-    memcpy(out, r->ev + r->read, (size_t)n * sizeof *out);
+    if (n > 0) memcpy(out, r->ev + r->read, (size_t)n * sizeof *out);
     r->read += n;
     *fin = r->read == r->n_ev ? r->fin : DSQ_FINISH_NONE;
     pthread_mutex_unlock(&r->mu);

@@ -100,6 +100,9 @@ def main():
     work = tempfile.mkdtemp(prefix="dsq-dsq3-")
     try:
         m = trained_model(work)
+        if "--train-only" in sys.argv:  # scripts/test.sh: train (once) before ctest, on an idle machine
+            print("tiny DeepSeek-V3:", m)
+            return
         data, calib = os.path.join(m, "heldout.txt"), os.path.join(m, "calib.txt")
         q = ["--calib", calib, "--n-samples", "32", "--seqlen", "128", "--format", "ct", "--json"]
         rows = [("base (F32)", ppl(m, data), "")]

@@ -307,7 +307,7 @@ def metric(sv, name):
     return float(m.group(1)) if m else None
 
 
-def test_load(sv):
+def test_load(sv, n_streams=64):
     results, lock = [], threading.Lock()
 
     def one(i):
@@ -317,15 +317,16 @@ def test_load(sv):
         with lock:
             results.append(ev[-1:] == [b"[DONE]"] and fin[-1] in ("stop", "length"))
 
-    th = [threading.Thread(target=one, args=(i,)) for i in range(64)]
+    th = [threading.Thread(target=one, args=(i,)) for i in range(n_streams)]
     for t in th:
         t.start()
     for t in th:
         t.join(300)
-    check(len(results) == 64 and all(results), f"64 concurrent streams finished: {sum(results)}/64")
+    check(len(results) == n_streams and all(results),
+          f"{n_streams} concurrent streams finished: {sum(results)}/{n_streams}")
     # clients vanishing mid-stream
     for i in range(8):
-        ev, early = stream_raw(sv.port, {"prompt": "Count: 1, 2,", "max_tokens": 400, "ignore_eos": True,
+        ev, early = stream_raw(sv.port, {"prompt": "Count: 1, 2,", "max_tokens": 200, "ignore_eos": True,
                                          "stream": True}, read_chunks=2)
         check(early and len(ev) >= 2, f"client {i} left after 2 chunks") if i == 0 else None
     deadline = time.time() + 30
@@ -335,7 +336,7 @@ def test_load(sv):
     check(http(sv.url + "/health")[0] == 200, "still healthy after the load")
     rss = sv.rss_kib() / 1024
     check(rss < 1500, f"RSS bounded: {rss:.0f} MiB")
-    check((metric(sv, "time_to_first_token_seconds_count") or 0) >= 64 and (metric(sv, "prompt_tokens_total") or 0) > 0,
+    check((metric(sv, "time_to_first_token_seconds_count") or 0) >= n_streams and (metric(sv, "prompt_tokens_total") or 0) > 0,
           "metrics count the requests")
 
 
@@ -382,8 +383,36 @@ def test_sigterm(model):
     check(len(ends) == 6 and all(ends), f"every stream ended cleanly: {ends}")
 
 
+def main_sanitized(model):
+    """--sanitized: the reliability cases against a sanitizer build (DSQ_BINARY):
+    any ASan/UBSan report aborts the server, and LeakSanitizer's report at exit
+    makes its exit status non-zero, which the checks of exit status 0 catch."""
+    sv = Server(model, "--parallel", "4", "--max-queue", "40", "--ctx", "256", "--threads", "2",
+                "--max-body", "65536")
+    try:
+        test_bad_requests(sv)
+        test_load(sv, n_streams=16)
+        st, r, _ = http(sv.url + "/v1/completions", {"prompt": "Hi", "max_tokens": 4, "echo": True, "logprobs": 3})
+        check(st == 200 and len(r["choices"][0]["logprobs"]["tokens"]) >= 5, "echo with logprobs")
+        st, r, _ = http(sv.url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                          "max_tokens": 4, "logprobs": True, "top_logprobs": 2})
+        check(st == 200, "chat with logprobs")
+    finally:
+        rc = sv.stop()
+        check(rc == 0, f"server exit status {rc} (no sanitizer report, no leak)")
+    test_api_key(model)
+    test_sigterm(model)
+
+
 def main():
     model = T.default_model()
+    if "--sanitized" in sys.argv:
+        T.binary()
+        main_sanitized(model)
+        if problems:
+            sys.exit("FAILED: " + "; ".join(problems))
+        print("all sanitized serve checks passed")
+        return
     T.binary()
     try:
         import lm_eval  # noqa: F401
