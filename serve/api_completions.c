@@ -64,9 +64,16 @@ static bool append(char **p, size_t *len, size_t *cap, const char *s, size_t n)
     return true;
 }
 
-/* A token's text for logprobs: its piece with special tokens shown, made valid UTF-8. */
-static cJSON *token_string(const dsq_tokenizer *tok, int32_t id)
+/* A token's text for logprobs: its piece with special tokens shown, made
+ * valid UTF-8; "token_id:N" when the request asked for ids (vLLM's
+ * return_tokens_as_token_ids). */
+static cJSON *token_string(const dsq_tokenizer *tok, int32_t id, bool as_id)
 {
+    if (as_id) {
+        char b[32];
+        snprintf(b, sizeof b, "token_id:%d", (int)id);
+        return cJSON_CreateString(b);
+    }
     size_t n = 0;
     const char *piece = dsq_tokenizer_piece(tok, id, true, &n);
     char *fixed = dsq_utf8_repair(piece ? piece : "", n);
@@ -99,17 +106,18 @@ static cJSON *legacy_lp_new(void)
 static void add_logprob(job *j, choice *c, const dsq_srv_tok *t)
 {
     const dsq_tokenizer *tok = j->sv->tok;
+    bool ids = j->p.ids_as_tokens;
     if (!c->lp) c->lp = j->chat ? cJSON_CreateArray() : legacy_lp_new();
     if (!c->lp) return;
     if (j->chat) {
         cJSON *e = cJSON_CreateObject(), *tops = cJSON_CreateArray();
         if (!e || !tops) return cJSON_Delete(e), cJSON_Delete(tops);
-        cJSON_AddItemToObject(e, "token", token_string(tok, t->id));
+        cJSON_AddItemToObject(e, "token", token_string(tok, t->id, ids));
         cJSON_AddNumberToObject(e, "logprob", t->logprob);
         cJSON_AddItemToObject(e, "bytes", token_bytes(tok, t->id));
         for (int i = 0; i < t->n_top; i++) {
             cJSON *a = cJSON_CreateObject();
-            cJSON_AddItemToObject(a, "token", token_string(tok, t->top_id[i]));
+            cJSON_AddItemToObject(a, "token", token_string(tok, t->top_id[i], ids));
             cJSON_AddNumberToObject(a, "logprob", t->top_lp[i]);
             cJSON_AddItemToObject(a, "bytes", token_bytes(tok, t->top_id[i]));
             cJSON_AddItemToArray(tops, a);
@@ -118,7 +126,7 @@ static void add_logprob(job *j, choice *c, const dsq_srv_tok *t)
         cJSON_AddItemToArray(c->lp, e);
         return;
     }
-    cJSON_AddItemToArray(cJSON_GetObjectItem(c->lp, "tokens"), token_string(tok, t->id));
+    cJSON_AddItemToArray(cJSON_GetObjectItem(c->lp, "tokens"), token_string(tok, t->id, ids));
     cJSON *tl = cJSON_GetObjectItem(c->lp, "token_logprobs"), *tp = cJSON_GetObjectItem(c->lp, "top_logprobs");
     if (isnan(t->logprob)) {
         cJSON_AddItemToArray(tl, cJSON_CreateNull());
@@ -127,12 +135,12 @@ static void add_logprob(job *j, choice *c, const dsq_srv_tok *t)
         cJSON_AddItemToArray(tl, cJSON_CreateNumber(t->logprob));
         cJSON *d = cJSON_CreateObject();
         for (int i = 0; d && i < t->n_top; i++) {
-            cJSON *k = token_string(tok, t->top_id[i]);
+            cJSON *k = token_string(tok, t->top_id[i], ids);
             if (k && !cJSON_GetObjectItemCaseSensitive(d, k->valuestring))
                 cJSON_AddNumberToObject(d, k->valuestring, t->top_lp[i]);
             cJSON_Delete(k);
         }
-        cJSON *k = token_string(tok, t->id); /* the chosen token is always listed, as vLLM does */
+        cJSON *k = token_string(tok, t->id, ids); /* the chosen token is always listed, as vLLM does */
         if (d && k && !cJSON_GetObjectItemCaseSensitive(d, k->valuestring))
             cJSON_AddNumberToObject(d, k->valuestring, t->logprob);
         cJSON_Delete(k);

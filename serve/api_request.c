@@ -15,7 +15,8 @@ static const char *g_known[] = {"model", "prompt", "messages", "max_tokens", "ma
                                 "top_p", "top_k", "seed", "stop", "presence_penalty", "frequency_penalty",
                                 "ignore_eos", "echo", "logprobs", "top_logprobs", "stream", "stream_options", "n",
                                 "best_of", "tools", "tool_choice", "response_format", "logit_bias", "suffix", "user",
-                                "functions", "function_call", "parallel_tool_calls", "add_generation_prompt"};
+                                "functions", "function_call", "parallel_tool_calls", "add_generation_prompt",
+                                "return_tokens_as_token_ids"};
 
 bool dsq_api_parse_body(const dsq_http_req *q, dsq_reply *r, cJSON **out)
 {
@@ -197,7 +198,7 @@ bool dsq_api_parse_params(const cJSON *b, bool chat, dsq_api_params *p, dsq_repl
         !int_field(b, "top_k", -1, 1 << 30, &top_k, NULL, r) ||
         !int_field(b, "seed", -9.2e18, 9.2e18, &seed, &seed_given, r) ||
         !bool_field(b, "ignore_eos", &p->sp.ignore_eos, r) || !bool_field(b, "echo", &p->echo, r) ||
-        !bool_field(b, "stream", &p->stream, r) || !parse_stop(b, p, r) || !parse_logprobs(b, chat, p, r))
+        !bool_field(b, "stream", &p->stream, r) || !bool_field(b, "return_tokens_as_token_ids", &p->ids_as_tokens, r) || !parse_stop(b, p, r) || !parse_logprobs(b, chat, p, r))
         return false;
     const char *mt_name = chat && cJSON_GetObjectItemCaseSensitive(b, "max_completion_tokens") ? "max_completion_tokens"
                                                                                                  : "max_tokens";

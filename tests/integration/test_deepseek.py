@@ -508,6 +508,64 @@ def scaled_cases(work, v3, base):
     check(d <= TOL, f"smoothquant: transformers on the decoded INT8 weights vs ours weight-only {d:.2e} <= {TOL}")
 
 
+def serve_case(work):
+    """`dsquant serve` on MLA + MoE: three sequences batched together (prompt
+    chunks of 16 beside other sequences' decode rows, the absorbed decode per
+    sequence, experts on every sequence's tokens at once) give the log
+    probabilities `dsquant logits` gives each sequence alone, for the prompt
+    and for the generated tokens, which are the greedy ones."""
+    import re
+    import threading
+    import urllib.request
+    v3 = os.path.join(work, "v3-tok")
+    if not os.path.exists(os.path.join(v3, "config.json")):
+        return  # calibration_case reported why
+    p = subprocess.Popen([binary(), "serve", v3, "--port", "0", "--parallel", "3", "--ctx", "128", "--chunk", "16",
+                          "--threads", "2"], stderr=subprocess.PIPE, text=True)
+    port = None
+    for line in p.stderr:
+        m = re.search(r"serving .* on http://[^:]+:(\d+)", line)
+        if m:
+            port = int(m.group(1))
+            break
+    if port is None:
+        check(False, "serve: the tiny V3 server did not start: " + p.stderr.read()[-500:])
+        return
+    threading.Thread(target=p.stderr.read, daemon=True).start()
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(3, 300, (n,), generator=g).tolist() for n in (40, 23, 9)]
+    got = [None] * 3
+
+    def one(i):
+        body = {"prompt": prompts[i], "max_tokens": 6, "temperature": 0, "echo": True, "logprobs": 0,
+                "ignore_eos": True, "return_tokens_as_token_ids": True}
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=300) as r:
+            got[i] = json.loads(r.read())["choices"][0]["logprobs"]
+
+    th = [threading.Thread(target=one, args=(i,)) for i in range(3)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join(300)
+    p.terminate()
+    check(p.wait(60) == 0, "serve: the tiny V3 server exits 0 on SIGTERM")
+    for i, lp in enumerate(got):
+        if lp is None:
+            check(False, f"serve: sequence {i} got no answer")
+            continue
+        ids = [int(t.split(":")[1]) for t in lp["tokens"]]
+        out = os.path.join(work, "serve-ref.f32")
+        dsquant("-q", "logits", v3, "--tokens", " ".join(map(str, ids)), "-o", out, "--force")
+        ref = np.fromfile(out, dtype=np.float32).reshape(len(ids), -1)
+        n = len(prompts[i])
+        d = max(abs(lp["token_logprobs"][k] - ref[k - 1, ids[k]]) for k in range(1, len(ids)))
+        greedy = all(ref[k - 1, ids[k]] >= ref[k - 1].max() - 1e-4 for k in range(n, len(ids)))
+        check(ids[:n] == prompts[i] and len(ids) == n + 6 and d <= TOL and greedy,
+              f"serve: batched sequence {i} ({n} + 6 tokens) vs dsquant logits alone: {d:.2e} <= {TOL}, greedy")
+
+
 def main():
     binary()
     work = tempfile.mkdtemp(prefix="dsq-deepseek-")
@@ -516,6 +574,7 @@ def main():
         fp8_case(work)
         convert_case(work)
         calibration_case(work)
+        serve_case(work)
         gguf_case(work)
         refusal_cases(work)
     finally:
