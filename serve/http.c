@@ -108,19 +108,16 @@ static bool authorized(dsq_server *sv, struct MHD_Connection *c)
     return key_matches(sv->o.api_key, h + 7);
 }
 
-static bool is(const dsq_http_req *q, const char *method, const char *path)
+static void handle_health(dsq_server *sv, const dsq_http_req *q, dsq_reply *r)
 {
-    return !strcmp(q->method, method) && !strcmp(q->path, path);
-}
-
-static void handle_health(dsq_server *sv, dsq_reply *r)
-{
+    (void)q;
     if (atomic_load(&sv->ready) && !atomic_load(&sv->draining)) dsq_reply_json(r, 200, cJSON_CreateObject());
     else dsq_reply_error(r, 503, NULL, atomic_load(&sv->draining) ? "shutting down" : "the model is loading");
 }
 
-static void handle_metrics(dsq_server *sv, dsq_reply *r)
+static void handle_metrics(dsq_server *sv, const dsq_http_req *q, dsq_reply *r)
 {
+    (void)q;
     dsq_srv_counts c = {0};
     if (sv->eng) dsq_srv_counts_get(sv->eng, &c);
     size_t len = 0;
@@ -132,33 +129,61 @@ static void handle_metrics(dsq_server *sv, dsq_reply *r)
     r->content_type = "text/plain; version=0.0.4";
 }
 
+static void handle_models(dsq_server *sv, const dsq_http_req *q, dsq_reply *r)
+{
+    (void)q;
+    dsq_api_models(sv, r);
+}
+
+static void handle_tokenizer_info(dsq_server *sv, const dsq_http_req *q, dsq_reply *r)
+{
+    (void)q;
+    dsq_api_tokenizer_info(sv, r);
+}
+
+static void handle_completions(dsq_server *sv, const dsq_http_req *q, dsq_reply *r)
+{
+    dsq_api_completions(sv, q, false, r);
+}
+
+static void handle_chat(dsq_server *sv, const dsq_http_req *q, dsq_reply *r) { dsq_api_completions(sv, q, true, r); }
+
+/* The routes: open ones answer before the model is loaded and without the API key. */
+static const struct route {
+    const char *method, *path;
+    bool open;
+    void (*fn)(dsq_server *sv, const dsq_http_req *q, dsq_reply *r);
+} g_routes[] = {
+    {"GET", "/health", true, handle_health},
+    {"GET", "/metrics", true, handle_metrics},
+    {"GET", "/v1/models", false, handle_models},
+    {"GET", "/tokenizer_info", false, handle_tokenizer_info},
+    {"POST", "/v1/completions", false, handle_completions},
+    {"POST", "/v1/chat/completions", false, handle_chat},
+    {"POST", "/tokenize", false, dsq_api_tokenize},
+    {"POST", "/detokenize", false, dsq_api_detokenize},
+};
+
 /* Routes a complete request. */
 static void route(dsq_server *sv, struct MHD_Connection *c, const dsq_http_req *q, dsq_reply *r)
 {
-    if (is(q, "GET", "/health")) return handle_health(sv, r);
-    if (is(q, "GET", "/metrics")) return handle_metrics(sv, r);
-    static const char *known[] = {"/v1/models", "/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize",
-                                  "/tokenizer_info"};
-    bool found = false;
-    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) found |= !strcmp(q->path, known[i]);
-    if (!found) return dsq_reply_error(r, 404, NULL, "no route %s %s", q->method, q->path);
+    const struct route *rt = NULL;
+    bool path_known = false;
+    for (size_t i = 0; i < sizeof g_routes / sizeof g_routes[0]; i++) {
+        if (strcmp(q->path, g_routes[i].path)) continue;
+        path_known = true;
+        if (!strcmp(q->method, g_routes[i].method)) rt = &g_routes[i];
+    }
+    if (!path_known) return dsq_reply_error(r, 404, NULL, "no route %s %s", q->method, q->path);
+    if (!rt) return dsq_reply_error(r, 405, NULL, "%s does not take %s", q->path, q->method);
+    if (rt->open) return rt->fn(sv, q, r);
     if (!authorized(sv, c)) return dsq_reply_error(r, 401, NULL, "a valid API key is required (Authorization: Bearer)");
-    if (atomic_load(&sv->draining)) {
+    if (atomic_load(&sv->draining) || !atomic_load(&sv->ready)) {
         r->retry_after = 5;
-        return dsq_reply_error(r, 503, NULL, "the server is shutting down");
+        return dsq_reply_error(r, 503, NULL, atomic_load(&sv->draining) ? "the server is shutting down"
+                                                                        : "the model is loading");
     }
-    if (!atomic_load(&sv->ready)) {
-        r->retry_after = 5;
-        return dsq_reply_error(r, 503, NULL, "the model is loading");
-    }
-    if (is(q, "GET", "/v1/models")) return dsq_api_models(sv, r);
-    if (is(q, "GET", "/tokenizer_info")) return dsq_api_tokenizer_info(sv, r);
-    if (strcmp(q->method, "POST")) return dsq_reply_error(r, 405, NULL, "%s needs %s", q->path, "POST");
-    if (!strcmp(q->path, "/v1/completions")) return dsq_api_completions(sv, q, false, r);
-    if (!strcmp(q->path, "/v1/chat/completions")) return dsq_api_completions(sv, q, true, r);
-    if (!strcmp(q->path, "/tokenize")) return dsq_api_tokenize(sv, q, r);
-    if (!strcmp(q->path, "/detokenize")) return dsq_api_detokenize(sv, q, r);
-    dsq_reply_error(r, 405, NULL, "%s needs GET", q->path);
+    rt->fn(sv, q, r);
 }
 
 /* ---- streamed bodies ---- */
