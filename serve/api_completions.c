@@ -490,7 +490,7 @@ static bool submit_all(job *j, dsq_tokens *prompts, int32_t chat_end, dsq_reply 
         dsq_status s = dsq_srv_submit(sv->eng, prompts[i].ids, (int)prompts[i].n, &sp, &c->req);
         if (s == DSQ_ERR_UNSUPPORTED) {
             r->retry_after = 1;
-            dsq_reply_error(r, 429, NULL, "%s", dsq_errmsg());
+            dsq_reply_error(r, atomic_load(&sv->draining) ? 503 : 429, NULL, "%s", dsq_errmsg());
         } else if (s != DSQ_OK) {
             dsq_reply_error(r, s == DSQ_ERR_ARG ? 400 : 500, s == DSQ_ERR_ARG ? "max_tokens" : NULL, "%s",
                             dsq_errmsg());

@@ -5,7 +5,7 @@
 
 #include "serve/api.h"
 
-#define DSQ_API_MAX_STOP 16
+#define DSQ_API_MAX_STOP 256
 
 typedef struct dsq_api_params {
     dsq_srv_params sp; /* max_tokens and the stop ids are set per prompt */

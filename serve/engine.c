@@ -501,16 +501,21 @@ static void free_buffers(dsq_srv *e)
     free(e->slots);
 }
 
+void dsq_srv_shutdown(dsq_srv *e)
+{
+    if (!e || !e->started) return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = true;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->th, NULL);
+    e->started = false;
+}
+
 void dsq_srv_free(dsq_srv *e)
 {
     if (!e) return;
-    if (e->started) {
-        pthread_mutex_lock(&e->mu);
-        e->stop = true;
-        pthread_cond_signal(&e->cv);
-        pthread_mutex_unlock(&e->mu);
-        pthread_join(e->th, NULL);
-    }
+    dsq_srv_shutdown(e);
     dsq_ctx_free(e->ctx);
     free_buffers(e);
     pthread_mutex_destroy(&e->mu);

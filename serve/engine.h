@@ -80,7 +80,10 @@ typedef void (*dsq_srv_observe_fn)(void *user, dsq_srv_timing what, double secon
 dsq_status dsq_srv_new(const dsq_model *m, const dsq_srv_opts *o, dsq_srv **out);
 /* Latency observer, called from the engine thread (may be NULL). */
 void dsq_srv_set_observer(dsq_srv *e, dsq_srv_observe_fn fn, void *user);
-/* Stops the engine thread: running requests finish as cancelled. */
+/* Stops the engine thread: running and waiting requests finish as
+ * cancelled, later submissions are refused. The engine stays valid (other
+ * threads may still hold requests or submit) until dsq_srv_free. */
+void dsq_srv_shutdown(dsq_srv *e);
 void dsq_srv_free(dsq_srv *e);
 void dsq_srv_counts_get(dsq_srv *e, dsq_srv_counts *out);
 

@@ -370,9 +370,8 @@ void dsq_server_stop(dsq_server *sv, double grace_s)
     atomic_store(&sv->draining, 1);
     struct timespec ts = {0, 20 * 1000 * 1000};
     for (double waited = 0; atomic_load(&sv->in_flight) > 0 && waited < grace_s; waited += 0.02) nanosleep(&ts, NULL);
-    if (sv->eng) dsq_srv_free(sv->eng); /* what still runs ends as cancelled */
-    sv->eng = NULL;
-    for (int i = 0; i < 250 && atomic_load(&sv->in_flight) > 0; i++) nanosleep(&ts, NULL);
+    dsq_srv_shutdown(sv->eng); /* what still runs ends as cancelled; late submissions are refused */
+    /* joins every connection thread: their streams end once their requests are cancelled */
     if (sv->daemon) MHD_stop_daemon(sv->daemon);
     sv->daemon = NULL;
 }

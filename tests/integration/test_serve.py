@@ -451,6 +451,12 @@ def main():
                                timeout=60)
             check(r.returncode == 1 and f"127.0.0.1:{p}" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
                   f"port in use: {r.returncode} {r.stderr.strip()}")
+        # a model that fails to load: one line naming it, exit 1, and the port is let go
+        bad = os.path.join(work, "missing.gguf")
+        r = subprocess.run([T.binary(), "serve", bad, "--port", "0"], capture_output=True, text=True, timeout=60)
+        lines = [l for l in r.stderr.splitlines() if l.startswith("dsquant: error:")]
+        check(r.returncode == 1 and len(lines) == 1 and "missing.gguf" in lines[0],
+              f"a model that fails to load: {r.returncode} {r.stderr.strip()}")
     if problems:
         sys.exit("FAILED: " + "; ".join(problems))
     print("all serve checks passed")
