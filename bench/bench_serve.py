@@ -9,12 +9,13 @@ where a server sends none). Not part of CI.
     python bench/bench_serve.py --out docs-table.md [--types F32,Q8_0,Q4_K_M] [--clients 1,4,16,64]
 
 Each client sends its requests one after another; a level runs
-max(2 * clients, 8) requests of a 64-token WikiText prompt and 64 new
-tokens (EOS ignored: dsquant's ignore_eos, llama.cpp's EOS logit at -inf
+max(clients, 8) requests of a 64-token WikiText prompt and 64 new
+tokens (--new-tokens; EOS ignored: dsquant's ignore_eos, llama.cpp's EOS logit at -inf
 through logit_bias). The default model is taken to F32, Q8_0 and Q4_K_M by
 `dsquant gguf`. Also measured: `dsquant generate`'s decode tokens/s on the
-same file, the single-client target's reference. Prints one markdown table
-and the CPU model.
+same file, the single-client target's reference, and at one client the
+engine's own inter-token latency from /metrics (the client's share of the
+cores left out). Prints one markdown table and the CPU model.
 """
 import argparse
 import json
@@ -105,7 +106,7 @@ def one_request(url, body):
 
 
 def run_level(url, kind, prompt, eos, clients, n_new):
-    n_req = max(2 * clients, 8)
+    n_req = max(clients, 8)
     body = {"model": "m", "prompt": prompt, "max_tokens": n_new, "temperature": 0, "stream": True}
     if kind == "dsquant":
         body.update(ignore_eos=True, stream_options={"include_usage": True})
@@ -142,6 +143,14 @@ def run_level(url, kind, prompt, eos, clients, n_new):
     return {"requests": n_req, "tokens": toks, "tok_s": toks / wall, "ttft_p50": pct(ttft, 50),
             "ttft_p95": pct(ttft, 95), "ttft_p99": pct(ttft, 99), "tpot_p50": pct(tpot, 50), "tpot_p95": pct(tpot, 95),
             "tpot_p99": pct(tpot, 99)}
+
+
+def server_itl_tok_s(url):
+    """1 / mean inter-token latency as the engine itself measured it (/metrics)."""
+    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    s = re.search(r"^dsquant:inter_token_latency_seconds_sum\{[^}]*\} (\S+)$", text, re.M)
+    c = re.search(r"^dsquant:inter_token_latency_seconds_count\{[^}]*\} (\S+)$", text, re.M)
+    return float(c.group(1)) / float(s.group(1)) if s and c and float(s.group(1)) > 0 else float("nan")
 
 
 def generate_tok_s(gguf, threads, prompt_text, n_new):
@@ -196,7 +205,10 @@ def main():
                     for c in map(int, a.clients.split(",")):
                         r = run_level(url, kind, text, eos, c, a.new_tokens)
                         res[(kind, c)] = r
-                        ratio = "" if kind != "dsquant" else (f"{r['tok_s'] / gen:.2f}x gen" if c == 1 else "")
+                        ratio = ""
+                        if kind == "dsquant" and c == 1:
+                            itl = server_itl_tok_s(url)
+                            ratio = f"{r['tok_s'] / gen:.2f}x gen; engine ITL {itl:.1f} tok/s = {itl / gen:.2f}x"
                         rows.append(f"| {typ} | {kind} | {c} | {r['requests']} | {r['tok_s']:.1f} | {ratio} | "
                                     f"{r['ttft_p50'] * 1e3:.0f} / {r['ttft_p95'] * 1e3:.0f} / {r['ttft_p99'] * 1e3:.0f} | "
                                     f"{r['tpot_p50'] * 1e3:.1f} / {r['tpot_p95'] * 1e3:.1f} / {r['tpot_p99'] * 1e3:.1f} |")
