@@ -133,10 +133,13 @@ def main():
             rows.append((name, ppl(out, data), "FP8 activations"))
         bf = os.path.join(work, "bf16.gguf")
         dsquant("-q", "convert", m, "-o", bf, "--dtype", "bf16")
+        klds = {}
         for mix in ("Q6_K", "Q4_K_M"):
             out = os.path.join(work, mix + ".gguf")
             dsquant("-q", "gguf", bf, "-o", out, "--type", mix)
-            rows.append((f"gguf {mix}", ppl(out, data), f"{os.path.getsize(out) / 1e6:.1f} MB"))
+            klds[mix] = json.loads(dsquant("-q", "kld", m, out, "--data", data, "--ctx", "128", "--chunks", "32",
+                                           "--json"))["kld"]["value"]
+            rows.append((f"gguf {mix}", ppl(out, data), f"{os.path.getsize(out) / 1e6:.1f} MB, KLD {klds[mix]:.5f}"))
         base = rows[0][1]
         print(f"\n{'model':<18} {'ppl':>10} {'vs base':>9}  note")
         for name, p, note in rows:
@@ -146,7 +149,9 @@ def main():
         r = dict((n, p) for n, p, _ in rows)
         check(all(p < 3 * base for p in r.values()), "every quantized model within 3x the base perplexity")
         check(abs(r["rtn w8 channel"] / base - 1) < 0.01, f"8-bit RTN within 1% of the base ({r['rtn w8 channel']:.3f})")
-        check(r["gguf Q6_K"] < r["gguf Q4_K_M"], "Q6_K beats Q4_K_M")
+        # by KL divergence from the base: the two sit within the perplexity's noise of each other
+        # (83.59 against 83.46 on a model retrained on another machine)
+        check(klds["Q6_K"] < klds["Q4_K_M"], f"Q6_K's KLD {klds['Q6_K']:.5f} below Q4_K_M's {klds['Q4_K_M']:.5f}")
         check(r["gptq w3 g32"] < r["rtn w3 g32"] and r["gptq w2 g32"] < r["rtn w2 g32"],
               "GPTQ beats RTN at 3 and 2 bits (at 4 bits both are within noise of the base here)")
         check(r["rtn w2 g32"] > r["rtn w3 g32"] > r["rtn w8 channel"], "RTN degrades with fewer bits")
