@@ -33,10 +33,23 @@ struct dsq_metrics {
 
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
+/* A label value in the exposition format: backslash, quote and newline escaped. */
+static char *label_value(const char *s)
+{
+    char *out = malloc(2 * strlen(s) + 1), *o = out;
+    if (!out) return NULL;
+    for (; *s; s++) {
+        if (*s == '\\' || *s == '"' || *s == '\n') *o++ = '\\';
+        *o++ = *s == '\n' ? 'n' : *s;
+    }
+    *o = 0;
+    return out;
+}
+
 dsq_metrics *dsq_metrics_new(const char *model_name)
 {
     dsq_metrics *mt = calloc(1, sizeof *mt);
-    if (!mt || !(mt->model = strdup(model_name))) {
+    if (!mt || !(mt->model = label_value(model_name))) {
         free(mt);
         return NULL;
     }
