@@ -69,9 +69,9 @@ static int parse_opt(int argc, char **argv, int *i, void *user)
         const char *name;
         long long lo, hi;
         int *dst;
-    } ints[] = {{"--port", 0, 65535, &a->o.port},           {"--ctx", 2, 1 << 22, &a->o.n_ctx},
-                {"--parallel", 1, 256, &a->o.parallel},       {"--max-queue", 0, 1 << 20, &a->o.max_queue},
-                {"--chunk", 1, 1 << 16, &a->o.chunk},         {"--threads", 1, 1024, &a->o.threads},
+    } ints[] = {{"--port", 0, 65535, &a->o.port},       {"--ctx", 2, 1 << 22, &a->o.n_ctx},
+                {"--parallel", 1, 256, &a->o.parallel}, {"--max-queue", 0, 1 << 20, &a->o.max_queue},
+                {"--chunk", 1, 1 << 16, &a->o.chunk},   {"--threads", 1, 1024, &a->o.threads},
                 {"--grace", 0, 86400, &a->grace}};
     for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
         if (strcmp(opt, ints[k].name)) continue;
@@ -127,8 +127,8 @@ static int serve(serve_args *a)
         free(key);
         return rc;
     }
-    fprintf(stderr, "dsquant: serving %s on http://%s:%d (%d sequences decoded together)\n", a->o.model_path,
-            a->o.host, dsq_server_port(sv), a->o.parallel);
+    fprintf(stderr, "dsquant: serving %s on http://%s:%d (%d sequences decoded together)\n", a->o.model_path, a->o.host,
+            dsq_server_port(sv), a->o.parallel);
     int sig = 0;
     while (sigwait(&set, &sig) != 0) {
     }
@@ -155,7 +155,8 @@ int dsq_cmd_serve(int argc, char **argv)
     int n_pos, rc = dsq_cli_walk(argc, argv, "serve", g_usage, parse_opt, &a, pos, 1, &n_pos);
     if (rc) return rc < 0 ? 0 : rc;
     if (n_pos < 1) return dsq_cli_usage_error("serve", "missing MODEL", NULL);
-    if (a.o.api_key && a.key_file) return dsq_cli_usage_error("serve", "--api-key and --api-key-file", " exclude each other");
+    if (a.o.api_key && a.key_file)
+        return dsq_cli_usage_error("serve", "--api-key and --api-key-file", " exclude each other");
     a.o.model_path = pos[0];
     return serve(&a);
 }

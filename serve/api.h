@@ -41,7 +41,7 @@ typedef struct dsq_reply {
     char *body; /* malloc'd */
     size_t len;
     const char *content_type;
-    int retry_after; /* seconds, with 429/503; 0: none */
+    int retry_after;   /* seconds, with 429/503; 0: none */
     dsq_stream stream; /* stream.next set: streamed as text/event-stream */
 } dsq_reply;
 

@@ -253,8 +253,9 @@ static bool completion_prompts(dsq_server *sv, const cJSON *b, dsq_tokens *out, 
     cJSON_ArrayForEach(x, p)
     {
         bool ok = cJSON_IsString(x) ? text_prompt(sv, x->valuestring, &out[*n], r)
-                  : cJSON_IsArray(x) ? id_list(sv, x, &out[*n], r)
-                                     : (dsq_reply_error(r, 400, "prompt", "prompt lists hold strings or id lists"), false);
+                  : cJSON_IsArray(x)
+                      ? id_list(sv, x, &out[*n], r)
+                      : (dsq_reply_error(r, 400, "prompt", "prompt lists hold strings or id lists"), false);
         (*n)++;
         if (!ok) return false;
     }
@@ -283,8 +284,8 @@ static cJSON *envelope(const job *j, bool chunk)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", j->id);
-    cJSON_AddStringToObject(o, "object", j->chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
-                                                 : "text_completion");
+    cJSON_AddStringToObject(o, "object",
+                            j->chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion");
     cJSON_AddNumberToObject(o, "created", (double)j->created);
     cJSON_AddStringToObject(o, "model", j->sv->name);
     return o;
@@ -321,8 +322,10 @@ static cJSON *choice_obj(job *j, int idx, size_t from, size_t to, bool delta, bo
         cJSON_AddNullToObject(o, "logprobs");
     }
     c->lp = NULL;
-    if (finish) cJSON_AddStringToObject(o, "finish_reason", finish);
-    else cJSON_AddNullToObject(o, "finish_reason");
+    if (finish)
+        cJSON_AddStringToObject(o, "finish_reason", finish);
+    else
+        cJSON_AddNullToObject(o, "finish_reason");
     if (!j->chat && !delta) cJSON_AddNullToObject(o, "stop_reason");
     return o;
 }
@@ -417,8 +420,10 @@ static bool stream_fill(job *j)
                 append(&j->out, &j->out_len, &j->out_cap, ": keep-alive\n\n", 14);
             continue;
         }
-        if (c->fin == DSQ_FINISH_ERROR) stream_error(j, c->req ? dsq_srv_error(c->req) : "out of memory");
-        else stream_chunk(j, j->cur, finish_name(c->fin));
+        if (c->fin == DSQ_FINISH_ERROR)
+            stream_error(j, c->req ? dsq_srv_error(c->req) : "out of memory");
+        else
+            stream_chunk(j, j->cur, finish_name(c->fin));
         j->cur++;
         j->role_sent = false;
     }

@@ -11,11 +11,36 @@
 #include "core/log.h"
 #include "serve/api_request.h"
 
-static const char *g_known[] = {"model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature",
-                                "top_p", "top_k", "seed", "stop", "presence_penalty", "frequency_penalty",
-                                "ignore_eos", "echo", "logprobs", "top_logprobs", "stream", "stream_options", "n",
-                                "best_of", "tools", "tool_choice", "response_format", "logit_bias", "suffix", "user",
-                                "functions", "function_call", "parallel_tool_calls", "add_generation_prompt",
+static const char *g_known[] = {"model",
+                                "prompt",
+                                "messages",
+                                "max_tokens",
+                                "max_completion_tokens",
+                                "temperature",
+                                "top_p",
+                                "top_k",
+                                "seed",
+                                "stop",
+                                "presence_penalty",
+                                "frequency_penalty",
+                                "ignore_eos",
+                                "echo",
+                                "logprobs",
+                                "top_logprobs",
+                                "stream",
+                                "stream_options",
+                                "n",
+                                "best_of",
+                                "tools",
+                                "tool_choice",
+                                "response_format",
+                                "logit_bias",
+                                "suffix",
+                                "user",
+                                "functions",
+                                "function_call",
+                                "parallel_tool_calls",
+                                "add_generation_prompt",
                                 "return_tokens_as_token_ids"};
 
 bool dsq_api_parse_body(const dsq_http_req *q, dsq_reply *r, cJSON **out)
@@ -111,8 +136,9 @@ static bool refuse_unimplemented(const cJSON *b, dsq_reply *r)
     if (rf && !cJSON_IsNull(rf)) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(rf, "type");
         if (!cJSON_IsObject(rf) || !cJSON_IsString(t) || strcmp(t->valuestring, "text"))
-            return dsq_reply_error(r, 400, "response_format", "response_format other than {\"type\": \"text\"} is not "
-                                                              "supported"),
+            return dsq_reply_error(r, 400, "response_format",
+                                   "response_format other than {\"type\": \"text\"} is not "
+                                   "supported"),
                    false;
     }
     const cJSON *lb = cJSON_GetObjectItemCaseSensitive(b, "logit_bias");
@@ -128,7 +154,8 @@ static void log_unknown(const cJSON *b)
 {
     for (const cJSON *x = b->child; x; x = x->next) {
         bool known = false;
-        for (size_t i = 0; i < sizeof g_known / sizeof g_known[0] && !known; i++) known = !strcmp(x->string, g_known[i]);
+        for (size_t i = 0; i < sizeof g_known / sizeof g_known[0] && !known; i++)
+            known = !strcmp(x->string, g_known[i]);
         if (!known) DSQ_LOGI("serve: ignoring unknown request field \"%s\"", x->string);
     }
 }
@@ -198,14 +225,16 @@ bool dsq_api_parse_params(const cJSON *b, bool chat, dsq_api_params *p, dsq_repl
         !int_field(b, "top_k", -1, 1 << 30, &top_k, NULL, r) ||
         !int_field(b, "seed", -9.2e18, 9.2e18, &seed, &seed_given, r) ||
         !bool_field(b, "ignore_eos", &p->sp.ignore_eos, r) || !bool_field(b, "echo", &p->echo, r) ||
-        !bool_field(b, "stream", &p->stream, r) || !bool_field(b, "return_tokens_as_token_ids", &p->ids_as_tokens, r) || !parse_stop(b, p, r) || !parse_logprobs(b, chat, p, r))
+        !bool_field(b, "stream", &p->stream, r) || !bool_field(b, "return_tokens_as_token_ids", &p->ids_as_tokens, r) ||
+        !parse_stop(b, p, r) || !parse_logprobs(b, chat, p, r))
         return false;
-    const char *mt_name = chat && cJSON_GetObjectItemCaseSensitive(b, "max_completion_tokens") ? "max_completion_tokens"
-                                                                                                 : "max_tokens";
+    const char *mt_name =
+        chat && cJSON_GetObjectItemCaseSensitive(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if (!int_field(b, mt_name, 0, 1 << 30, &max_tokens, &mt_given, r)) return false;
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(b, "stream_options");
     if (so && !cJSON_IsNull(so)) {
-        if (!cJSON_IsObject(so)) return dsq_reply_error(r, 400, "stream_options", "stream_options must be an object"), false;
+        if (!cJSON_IsObject(so))
+            return dsq_reply_error(r, 400, "stream_options", "stream_options must be an object"), false;
         if (!bool_field(so, "include_usage", &p->include_usage, r)) return false;
     }
     if (chat && p->echo) return dsq_reply_error(r, 400, "echo", "echo is for /v1/completions"), false;
@@ -216,7 +245,9 @@ bool dsq_api_parse_params(const cJSON *b, bool chat, dsq_api_params *p, dsq_repl
     p->sp.presence_penalty = (float)pres;
     p->sp.frequency_penalty = (float)freq;
     /* OpenAI's default for completions is 16 tokens; chat runs to the context's end */
-    p->max_tokens = mt_given ? (int)max_tokens : (!chat && !cJSON_GetObjectItemCaseSensitive(b, "max_tokens")) ? 16 : -1;
+    p->max_tokens = mt_given                                                        ? (int)max_tokens
+                    : (!chat && !cJSON_GetObjectItemCaseSensitive(b, "max_tokens")) ? 16
+                                                                                    : -1;
     p->sp.echo_logprobs = p->echo && p->sp.logprobs >= 0;
     return true;
 }

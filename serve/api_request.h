@@ -11,7 +11,7 @@ typedef struct dsq_api_params {
     dsq_srv_params sp; /* max_tokens and the stop ids are set per prompt */
     int max_tokens;    /* < 0: to the end of the context */
     bool echo, stream, include_usage;
-    bool ids_as_tokens; /* vLLM's return_tokens_as_token_ids: logprob tokens as "token_id:N" */
+    bool ids_as_tokens;                 /* vLLM's return_tokens_as_token_ids: logprob tokens as "token_id:N" */
     const char *stop[DSQ_API_MAX_STOP]; /* stop strings (into the parsed body) */
     int n_stop;
 } dsq_api_params;

@@ -38,7 +38,8 @@ static bool content_text(const cJSON *c, int i, char **out, dsq_reply *r)
     const cJSON *p;
     cJSON_ArrayForEach(p, c)
     {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(p, "type"), *text = cJSON_GetObjectItemCaseSensitive(p, "text");
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(p, "type"),
+                    *text = cJSON_GetObjectItemCaseSensitive(p, "text");
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text)) {
             free(s);
             return dsq_reply_error(r, 400, "messages", "messages[%d].content: only text parts are supported", i), false;
@@ -58,8 +59,9 @@ bool dsq_api_chat_prompt(dsq_server *sv, const cJSON *msgs, dsq_tokens *ids, int
 {
     memset(ids, 0, sizeof *ids);
     if (!sv->has_chat)
-        return dsq_reply_error(r, 400, "messages", "this model has no chat template we render; start the server with "
-                                                   "--chat-template chatml|llama3|llama2|mistral|deepseek-r1"),
+        return dsq_reply_error(r, 400, "messages",
+                               "this model has no chat template we render; start the server with "
+                               "--chat-template chatml|llama3|llama2|mistral|deepseek-r1"),
                false;
     int n = cJSON_IsArray(msgs) ? cJSON_GetArraySize(msgs) : -1;
     if (n <= 0) return dsq_reply_error(r, 400, "messages", "messages must be a non-empty list"), false;
@@ -100,7 +102,8 @@ void dsq_api_tokenize(dsq_server *sv, const dsq_http_req *q, dsq_reply *r)
     cJSON *b = NULL;
     dsq_tokens ids = {0};
     if (!dsq_api_parse_body(q, r, &b) || !dsq_api_check_model(sv, b, r)) return cJSON_Delete(b);
-    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(b, "prompt"), *msgs = cJSON_GetObjectItemCaseSensitive(b, "messages");
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(b, "prompt"),
+                *msgs = cJSON_GetObjectItemCaseSensitive(b, "messages");
     const cJSON *add = cJSON_GetObjectItemCaseSensitive(b, "add_special_tokens");
     if (add && !cJSON_IsNull(add) && !cJSON_IsBool(add)) {
         cJSON_Delete(b);
@@ -108,8 +111,8 @@ void dsq_api_tokenize(dsq_server *sv, const dsq_http_req *q, dsq_reply *r)
     }
     bool ok;
     if (cJSON_IsString(prompt)) {
-        ok = dsq_tokenizer_encode(sv->tok, prompt->valuestring, strlen(prompt->valuestring), !add || !cJSON_IsFalse(add),
-                                  true, &ids) == DSQ_OK;
+        ok = dsq_tokenizer_encode(sv->tok, prompt->valuestring, strlen(prompt->valuestring),
+                                  !add || !cJSON_IsFalse(add), true, &ids) == DSQ_OK;
         if (!ok) dsq_reply_error(r, 400, "prompt", "cannot tokenize the prompt: %s", dsq_errmsg());
     } else if (msgs) {
         int32_t end;
@@ -168,8 +171,10 @@ static void add_token_text(cJSON *o, const char *key, const dsq_tokenizer *tok, 
     size_t n = 0;
     const char *p = id >= 0 ? dsq_tokenizer_piece(tok, id, true, &n) : NULL;
     char *s = p ? dsq_utf8_repair(p, n) : NULL;
-    if (s) cJSON_AddStringToObject(o, key, s);
-    else cJSON_AddNullToObject(o, key);
+    if (s)
+        cJSON_AddStringToObject(o, key, s);
+    else
+        cJSON_AddNullToObject(o, key);
     free(s);
 }
 
@@ -183,7 +188,9 @@ void dsq_api_tokenizer_info(dsq_server *sv, dsq_reply *r)
     cJSON_AddBoolToObject(o, "add_bos_token", dsq_tokenizer_add_bos(sv->tok));
     cJSON_AddNumberToObject(o, "model_max_length", sv->o.n_ctx);
     cJSON_AddNumberToObject(o, "vocab_size", dsq_tokenizer_n_vocab(sv->tok));
-    if (sv->chat_text) cJSON_AddStringToObject(o, "chat_template", sv->chat_text);
-    else cJSON_AddNullToObject(o, "chat_template");
+    if (sv->chat_text)
+        cJSON_AddStringToObject(o, "chat_template", sv->chat_text);
+    else
+        cJSON_AddNullToObject(o, "chat_template");
     dsq_reply_json(r, 200, o);
 }

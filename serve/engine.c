@@ -100,8 +100,10 @@ static bool push_event(dsq_srv_req *r, const dsq_srv_tok *t)
     if (r->n_ev == r->cap_ev) {
         int cap = r->cap_ev ? 2 * r->cap_ev : 64;
         dsq_srv_tok *ev = realloc(r->ev, (size_t)cap * sizeof *ev);
-        if (ev) r->ev = ev, r->cap_ev = cap;
-        else ok = false;
+        if (ev)
+            r->ev = ev, r->cap_ev = cap;
+        else
+            ok = false;
     }
     if (ok) r->ev[r->n_ev++] = *t;
     pthread_cond_broadcast(&r->cv);
@@ -237,8 +239,8 @@ dsq_status dsq_srv_submit(dsq_srv *e, const int32_t *prompt, int n_prompt, const
     if (n_prompt >= e->o.n_ctx)
         return dsq_fail(DSQ_ERR_ARG, "the prompt has %d tokens; this server's context is %d", n_prompt, e->o.n_ctx);
     if (p->max_tokens < 0 || (int64_t)n_prompt + p->max_tokens > e->o.n_ctx)
-        return dsq_fail(DSQ_ERR_ARG, "max_tokens %d with a prompt of %d tokens exceeds the context of %d", p->max_tokens,
-                        n_prompt, e->o.n_ctx);
+        return dsq_fail(DSQ_ERR_ARG, "max_tokens %d with a prompt of %d tokens exceeds the context of %d",
+                        p->max_tokens, n_prompt, e->o.n_ctx);
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= e->m->vocab)
             return dsq_fail(DSQ_ERR_ARG, "prompt token %d is outside the vocabulary of %lld", prompt[i],
@@ -255,8 +257,9 @@ dsq_status dsq_srv_submit(dsq_srv *e, const int32_t *prompt, int n_prompt, const
     r->stop_ids = malloc((size_t)(p->n_stop_ids + 1) * sizeof *r->stop_ids);
     bool pen = p->presence_penalty != 0 || p->frequency_penalty != 0;
     if (pen) r->counts = calloc((size_t)e->m->vocab, sizeof *r->counts);
-    dsq_status s = r->prompt && r->stop_ids && (r->counts || !pen) ? DSQ_OK
-                                                                    : dsq_fail(DSQ_ERR_NOMEM, "out of memory for a request");
+    dsq_status s = r->prompt && r->stop_ids && (r->counts || !pen)
+                       ? DSQ_OK
+                       : dsq_fail(DSQ_ERR_NOMEM, "out of memory for a request");
     if (s == DSQ_OK) s = dsq_sampler_new(&p->sp, e->m->vocab, &r->smp);
     if (s != DSQ_OK) {
         req_free(r);
@@ -271,11 +274,14 @@ dsq_status dsq_srv_submit(dsq_srv *e, const int32_t *prompt, int n_prompt, const
         bool stopping = e->stop;
         pthread_mutex_unlock(&e->mu);
         req_free(r);
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, stopping ? "the server is shutting down"
-                                                      : "the queue is full (%d waiting requests)", e->o.max_queue);
+        return dsq_fail(DSQ_ERR_UNSUPPORTED,
+                        stopping ? "the server is shutting down" : "the queue is full (%d waiting requests)",
+                        e->o.max_queue);
     }
-    if (e->qtail) e->qtail->next = r;
-    else e->qhead = r;
+    if (e->qtail)
+        e->qtail->next = r;
+    else
+        e->qhead = r;
     e->qtail = r;
     e->n_waiting++;
     e->counts.waiting = e->n_waiting;
@@ -455,8 +461,10 @@ static void *engine_main(void *arg)
         int n_out, ns = build_batch(e, &n_out);
         if (ns == 0) continue;
         dsq_status s = dsq_forward_batch(e->ctx, e->toks, e->segs, ns, e->out_rows, n_out, e->logits);
-        if (s == DSQ_OK) finish_step(e, ns);
-        else fail_step(e, ns);
+        if (s == DSQ_OK)
+            finish_step(e, ns);
+        else
+            fail_step(e, ns);
     }
     pthread_mutex_lock(&e->mu);
     for (int i = 0; i < e->o.n_slots; i++)

@@ -32,7 +32,8 @@ void dsq_reply_json(dsq_reply *r, int status, cJSON *j)
     cJSON_Delete(j);
     if (!text) {
         r->status = 500;
-        r->body = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":500}}");
+        r->body =
+            strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":500}}");
         r->len = r->body ? strlen(r->body) : 0;
         r->content_type = "application/json";
         return;
@@ -66,8 +67,10 @@ void dsq_reply_error(dsq_reply *r, int status, const char *param, const char *fm
     if (e) {
         cJSON_AddStringToObject(e, "message", msg);
         cJSON_AddStringToObject(e, "type", error_type(status));
-        if (param) cJSON_AddStringToObject(e, "param", param);
-        else cJSON_AddNullToObject(e, "param");
+        if (param)
+            cJSON_AddStringToObject(e, "param", param);
+        else
+            cJSON_AddNullToObject(e, "param");
         cJSON_AddNumberToObject(e, "code", status);
     }
     DSQ_LOGD("serve: %d %s", status, msg);
@@ -111,8 +114,10 @@ static bool authorized(dsq_server *sv, struct MHD_Connection *c)
 static void handle_health(dsq_server *sv, const dsq_http_req *q, dsq_reply *r)
 {
     (void)q;
-    if (atomic_load(&sv->ready) && !atomic_load(&sv->draining)) dsq_reply_json(r, 200, cJSON_CreateObject());
-    else dsq_reply_error(r, 503, NULL, atomic_load(&sv->draining) ? "shutting down" : "the model is loading");
+    if (atomic_load(&sv->ready) && !atomic_load(&sv->draining))
+        dsq_reply_json(r, 200, cJSON_CreateObject());
+    else
+        dsq_reply_error(r, 503, NULL, atomic_load(&sv->draining) ? "shutting down" : "the model is loading");
 }
 
 static void handle_metrics(dsq_server *sv, const dsq_http_req *q, dsq_reply *r)
@@ -180,8 +185,8 @@ static void route(dsq_server *sv, struct MHD_Connection *c, const dsq_http_req *
     if (!authorized(sv, c)) return dsq_reply_error(r, 401, NULL, "a valid API key is required (Authorization: Bearer)");
     if (atomic_load(&sv->draining) || !atomic_load(&sv->ready)) {
         r->retry_after = 5;
-        return dsq_reply_error(r, 503, NULL, atomic_load(&sv->draining) ? "the server is shutting down"
-                                                                        : "the model is loading");
+        return dsq_reply_error(r, 503, NULL,
+                               atomic_load(&sv->draining) ? "the server is shutting down" : "the model is loading");
     }
     rt->fn(sv, q, r);
 }
@@ -235,7 +240,8 @@ static enum MHD_Result send_reply(dsq_server *sv, struct MHD_Connection *c, dsq_
             return MHD_NO;
         }
         r->body = NULL;
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->content_type ? r->content_type : "application/json");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                r->content_type ? r->content_type : "application/json");
     }
     if (r->retry_after > 0) {
         char v[16];
@@ -285,8 +291,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (qm) *qm = 0;
     dsq_http_req q = {method, path, k->body ? k->body : "", k->len, ci ? ci->connect_fd : -1};
     atomic_fetch_add(&sv->in_flight, 1);
-    if (k->too_large) dsq_reply_error(&r, 413, NULL, "the request body is over %zu bytes", sv->o.max_body);
-    else route(sv, c, &q, &r);
+    if (k->too_large)
+        dsq_reply_error(&r, 413, NULL, "the request body is over %zu bytes", sv->o.max_body);
+    else
+        route(sv, c, &q, &r);
     DSQ_LOGD("serve: %s %s -> %d", method, path, r.status);
     enum MHD_Result ok = send_reply(sv, c, &r);
     if (!r.stream.next) atomic_fetch_sub(&sv->in_flight, 1);
@@ -349,10 +357,11 @@ dsq_status dsq_server_start(const dsq_serve_opts *o, dsq_server **out)
     if (s == DSQ_OK) s = listen_on(sv);
     if (s == DSQ_OK) {
         unsigned limit = (unsigned)(2 * (o->parallel + o->max_queue) + 32);
-        sv->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC,
-                                      0, NULL, NULL, on_request, sv, MHD_OPTION_LISTEN_SOCKET, sv->listen_fd,
-                                      MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_CONNECTION_TIMEOUT,
-                                      (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv, MHD_OPTION_END);
+        sv->daemon =
+            MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC, 0, NULL,
+                             NULL, on_request, sv, MHD_OPTION_LISTEN_SOCKET, sv->listen_fd, MHD_OPTION_CONNECTION_LIMIT,
+                             limit, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
+                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv, MHD_OPTION_END);
         if (!sv->daemon) s = dsq_fail(DSQ_ERR_IO, "cannot start the HTTP server on %s:%d", o->host, o->port);
     }
     if (s != DSQ_OK) {

@@ -8,11 +8,12 @@
 #include <string.h>
 
 /* vLLM's bucket bounds for these histograms (vllm/engine/metrics.py). */
-static const double g_ttft_le[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+static const double g_ttft_le[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,
                                    0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0};
-static const double g_itl_le[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4,  0.5,
+static const double g_itl_le[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
                                   0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
-static const double g_e2e_le[] = {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0};
+static const double g_e2e_le[] = {0.3,  0.5,  0.8,  1.0,  1.5,  2.0,  2.5,  5.0,
+                                  10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0};
 
 #define MAX_BUCKETS 24
 
@@ -54,12 +55,27 @@ dsq_metrics *dsq_metrics_new(const char *model_name)
         return NULL;
     }
     pthread_mutex_init(&mt->mu, NULL);
-    mt->h[DSQ_TIMING_TTFT] = (histo){"time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                                     g_ttft_le, N_OF(g_ttft_le), {0}, 0, 0};
-    mt->h[DSQ_TIMING_ITL] = (histo){"inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                                    g_itl_le, N_OF(g_itl_le), {0}, 0, 0};
-    mt->h[DSQ_TIMING_E2E] = (histo){"e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.",
-                                    g_e2e_le, N_OF(g_e2e_le), {0}, 0, 0};
+    mt->h[DSQ_TIMING_TTFT] = (histo){"time_to_first_token_seconds",
+                                     "Histogram of time to first token in seconds.",
+                                     g_ttft_le,
+                                     N_OF(g_ttft_le),
+                                     {0},
+                                     0,
+                                     0};
+    mt->h[DSQ_TIMING_ITL] = (histo){"inter_token_latency_seconds",
+                                    "Histogram of inter-token latency in seconds.",
+                                    g_itl_le,
+                                    N_OF(g_itl_le),
+                                    {0},
+                                    0,
+                                    0};
+    mt->h[DSQ_TIMING_E2E] = (histo){"e2e_request_latency_seconds",
+                                    "Histogram of end to end request latency in seconds.",
+                                    g_e2e_le,
+                                    N_OF(g_e2e_le),
+                                    {0},
+                                    0,
+                                    0};
     return mt;
 }
 
@@ -109,8 +125,10 @@ static void put(out *o, const char *fmt, ...)
         }
         size_t cap = 2 * o->cap + (size_t)k + 1;
         char *p = realloc(o->p, cap);
-        if (!p) o->oom = 1;
-        else o->p = p, o->cap = cap;
+        if (!p)
+            o->oom = 1;
+        else
+            o->p = p, o->cap = cap;
     }
 }
 

@@ -25,7 +25,7 @@ typedef struct dsq_serve_opts {
     int port;
     const char *served_name; /* NULL: the model path */
     int n_ctx, parallel, max_queue, threads, chunk;
-    const char *api_key; /* NULL: no key */
+    const char *api_key;       /* NULL: no key */
     const char *chat_template; /* "auto" or a family name */
     bool strict_model;         /* refuse requests naming another model */
     size_t max_body;           /* bytes */
