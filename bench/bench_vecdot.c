@@ -216,7 +216,7 @@ static void usage(void)
 static options parse(int argc, char **argv)
 {
     options o = {256, 64, 50, 10};
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* option, value */
         if (i + 1 >= argc) usage();
         double v = atof(argv[i + 1]);
         if (v <= 0) usage();
@@ -225,7 +225,6 @@ static options parse(int argc, char **argv)
         else if (!strcmp(argv[i], "--reps")) o.reps = (int)v;
         else if (!strcmp(argv[i], "--min-ms")) o.min_ms = v;
         else usage();
-        i++;
     }
     return o;
 }

@@ -1,7 +1,8 @@
 /* The one arch_prctl request for the tile data state, and the tile
  * configuration the kernels share (kernels/amx.h). */
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC target("amx-tile")
+/* Built with -mamx-tile (its row of DSQ_SIMD_SOURCES in CMakeLists.txt), called only
+ * behind the run-time dispatch of kernels/cpu.h. */
 #endif
 
 #include "kernels/amx.h"

@@ -112,7 +112,7 @@ void dsq_cpu_model(char *buf, size_t cap)
 #if defined(__x86_64__) && defined(__GNUC__)
     /* the brand string: CPUID 0x80000002-4, 48 bytes, NUL-padded, often space-led */
     uint32_t r[12];
-    if (__get_cpuid_max(0x80000000u, NULL) < 0x80000004u) return;
+    if ((unsigned)__get_cpuid_max(0x80000000u, NULL) < 0x80000004u) return; /* int in clang, unsigned in gcc */
     for (uint32_t i = 0; i < 3; i++) __get_cpuid(0x80000002u + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3]);
     char s[49];
     memcpy(s, r, 48);

@@ -3,7 +3,8 @@
  * activation quantizer with dsq_w8_act_quantize's bytes. Only called when the
  * CPU has AVX512F, BW and VL. */
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC target("avx512f,avx512bw,avx512vl")
+/* Built with -mavx512f -mavx512bw -mavx512vl (its row of DSQ_SIMD_SOURCES in CMakeLists.txt), called only
+ * behind the run-time dispatch of kernels/cpu.h. */
 #endif
 
 #include "kernels/fp8.h"

@@ -1,7 +1,8 @@
 /* The AVX2/FMA 6x16 micro-kernel: 12 accumulators, two panel loads and six
  * broadcasts per step of k. Only called when dsq_cpu_use_avx2() holds. */
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC target("avx2,fma")
+/* Built with -mavx2 -mfma (its row of DSQ_SIMD_SOURCES in CMakeLists.txt), called only
+ * behind the run-time dispatch of kernels/cpu.h. */
 #endif
 
 #include "kernels/gemm_kernel.h"

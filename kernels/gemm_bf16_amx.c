@@ -14,7 +14,8 @@
  * Tile state: kernels/amx.h. Only called when dsq_gemm_bf16_path_available(
  * DSQ_GEMM_BF16_AMX). */
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC target("amx-tile,amx-bf16")
+/* Built with -mamx-tile -mamx-bf16 (its row of DSQ_SIMD_SOURCES in CMakeLists.txt), called only
+ * behind the run-time dispatch of kernels/cpu.h. */
 #endif
 
 #include <string.h>

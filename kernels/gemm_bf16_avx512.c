@@ -2,7 +2,8 @@
  * panel loads (16 columns x 2 k each) and eight pair broadcasts per k pair.
  * Only called when dsq_cpu_use_bf16_gemm() holds. */
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
+/* Built with -mavx512f -mavx512bw -mavx512vl -mavx512bf16 (its row of DSQ_SIMD_SOURCES in CMakeLists.txt), called only
+ * behind the run-time dispatch of kernels/cpu.h. */
 #endif
 
 #include "kernels/gemm_bf16.h"

@@ -8,7 +8,8 @@
  * Tile state: kernels/amx.h. Only called when
  * dsq_gemm_i8_path_available(DSQ_GEMM_I8_AMX). */
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC target("amx-tile,amx-int8")
+/* Built with -mamx-tile -mamx-int8 (its row of DSQ_SIMD_SOURCES in CMakeLists.txt), called only
+ * behind the run-time dispatch of kernels/cpu.h. */
 #endif
 
 #include "kernels/gemm_i8.h"

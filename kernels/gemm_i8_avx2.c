@@ -8,7 +8,8 @@
  * clamped values, so the -128 fix-ups (-a at each listed column) apply to
  * every column alike. Only called when the CPU has AVX2. */
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC target("avx2")
+/* Built with -mavx2 (its row of DSQ_SIMD_SOURCES in CMakeLists.txt), called only
+ * behind the run-time dispatch of kernels/cpu.h. */
 #endif
 
 #include "kernels/gemm_i8.h"

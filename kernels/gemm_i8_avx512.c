@@ -7,7 +7,8 @@
  * Also the AVX512 INT8 activation quantizer (dsq_gemm_i8_quantize_act: F and
  * BW only) and the int8 x F32 row dot (F, BW, VL). */
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni")
+/* Built with -mavx512f -mavx512bw -mavx512vl -mavx512vnni (its row of DSQ_SIMD_SOURCES in CMakeLists.txt), called only
+ * behind the run-time dispatch of kernels/cpu.h. */
 #endif
 
 #include "kernels/gemm_i8.h"

@@ -5,7 +5,8 @@
  * same u8 offset, so 128 * rowsum(B) is taken off every column alike. Only
  * called when dsq_gemm_i8_path_available(DSQ_GEMM_I8_AVX_VNNI). */
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC target("avx2,avxvnni")
+/* Built with -mavx2 -mavxvnni (its row of DSQ_SIMD_SOURCES in CMakeLists.txt), called only
+ * behind the run-time dispatch of kernels/cpu.h. */
 #endif
 
 #include "kernels/gemm_i8.h"

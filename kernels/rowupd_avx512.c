@@ -2,7 +2,8 @@
  * per 32 doubles (64 floats) of the row, masked at the end, while the k rows
  * of X stream past. Multiply and subtract stay two instructions. */
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC target("avx512f")
+/* Built with -mavx512f (its row of DSQ_SIMD_SOURCES in CMakeLists.txt), called only
+ * behind the run-time dispatch of kernels/cpu.h. */
 #endif
 
 #include "kernels/rowupd.h"

@@ -1,7 +1,8 @@
 /* AVX2/FMA/F16C versions of kernels/vec.h; only called when
  * dsq_cpu_use_avx2() holds. */
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC target("avx2,fma,f16c")
+/* Built with -mavx2 -mfma -mf16c (its row of DSQ_SIMD_SOURCES in CMakeLists.txt), called only
+ * behind the run-time dispatch of kernels/cpu.h. */
 #endif
 
 #include "kernels/vec.h"

@@ -3,7 +3,8 @@
  * search runs one 32-block per lane: 8 iq4_nl blocks, or the 8 blocks of one
  * iq4_xs super-block, at a time. Only called when the CPU has AVX2 and FMA. */
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC target("avx2,fma")
+/* Built with -mavx2 -mfma (its row of DSQ_SIMD_SOURCES in CMakeLists.txt), called only
+ * behind the run-time dispatch of kernels/cpu.h. */
 #endif
 
 #include "quantizers/quant_avx2.h"

@@ -4,7 +4,8 @@
  * kernels (ggml-cpu-quants.c) in our own code. Only called when the CPU has
  * AVX2 and FMA (dsq_cpu_has_avx2_fma). */
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC target("avx2,fma")
+/* Built with -mavx2 -mfma (its row of DSQ_SIMD_SOURCES in CMakeLists.txt), called only
+ * behind the run-time dispatch of kernels/cpu.h. */
 #endif
 
 #include "quantizers/quant_avx2.h"

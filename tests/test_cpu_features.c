@@ -13,6 +13,14 @@
 
 #include "kernels/cpu.h"
 
+/* clang 14's __builtin_cpu_supports refuses the names f16c, avxvnni and the
+ * AMX ones at compile time: those rows go unprobed (-1) there. */
+#if defined(__clang__)
+#define PROBE_NEWER(name) (-1)
+#else
+#define PROBE_NEWER(name) __builtin_cpu_supports(name)
+#endif
+
 static void test_matches_compiler_probe(void **state)
 {
     (void)state;
@@ -20,27 +28,28 @@ static void test_matches_compiler_probe(void **state)
     __builtin_cpu_init();
     struct {
         dsq_cpu_feature f;
-        bool gcc;
+        int gcc; /* the compiler's answer, -1: not probed */
     } rows[] = {
         {DSQ_CPU_AVX2, __builtin_cpu_supports("avx2")},
         {DSQ_CPU_FMA, __builtin_cpu_supports("fma")},
-        {DSQ_CPU_F16C, __builtin_cpu_supports("f16c")},
+        {DSQ_CPU_F16C, PROBE_NEWER("f16c")},
         {DSQ_CPU_AVX512F, __builtin_cpu_supports("avx512f")},
         {DSQ_CPU_AVX512BW, __builtin_cpu_supports("avx512bw")},
         {DSQ_CPU_AVX512VL, __builtin_cpu_supports("avx512vl")},
         {DSQ_CPU_AVX512_BF16, __builtin_cpu_supports("avx512bf16")},
         {DSQ_CPU_AVX512_VNNI, __builtin_cpu_supports("avx512vnni")},
-        {DSQ_CPU_AVX_VNNI, __builtin_cpu_supports("avxvnni")},
-        {DSQ_CPU_AMX_BF16, __builtin_cpu_supports("amx-bf16")},
-        {DSQ_CPU_AMX_INT8, __builtin_cpu_supports("amx-int8")},
+        {DSQ_CPU_AVX_VNNI, PROBE_NEWER("avxvnni")},
+        {DSQ_CPU_AMX_BF16, PROBE_NEWER("amx-bf16")},
+        {DSQ_CPU_AMX_INT8, PROBE_NEWER("amx-int8")},
     };
     _Static_assert(sizeof rows / sizeof rows[0] == DSQ_CPU_N_FEATURES, "one row per feature");
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         printf("%-12s %s\n", dsq_cpu_feature_name(rows[i].f), dsq_cpu_has(rows[i].f) ? "yes" : "no");
+        if (rows[i].gcc < 0) continue;
         /* Older libgcc lists AMX from CPUID alone, without the OS tile state:
          * there ours may only be the stricter one. */
         bool amx = rows[i].f == DSQ_CPU_AMX_BF16 || rows[i].f == DSQ_CPU_AMX_INT8;
-        bool bad = amx ? dsq_cpu_has(rows[i].f) && !rows[i].gcc : dsq_cpu_has(rows[i].f) != rows[i].gcc;
+        bool bad = amx ? dsq_cpu_has(rows[i].f) && !rows[i].gcc : dsq_cpu_has(rows[i].f) != (rows[i].gcc != 0);
         if (bad) fail_msg("%s: ours %d, gcc %d", dsq_cpu_feature_name(rows[i].f),
                                                             dsq_cpu_has(rows[i].f), rows[i].gcc);
     }

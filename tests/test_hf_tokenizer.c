@@ -283,8 +283,8 @@ static void test_gpt2_synthetic(void **state)
                                        "b",
                                        "ab",
                                        "\xc4\xa0",
-                                       "\xc4\xa0"
-                                       "ab",
+                                       ("\xc4\xa0"
+                                        "ab"),
                                        "[PAD8]",
                                        "<|tool|>",
                                        " hi",

@@ -8,7 +8,8 @@
  * (Q8_K bsums), as ggml's kernels do (ggml-cpu-quants.c); the code here is
  * our own. The block layouts are ggml-common.h's (quantizers/quant_common.h). */
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC target("avx2,fma,f16c")
+/* Built with -mavx2 -mfma -mf16c (its row of DSQ_SIMD_SOURCES in CMakeLists.txt), called only
+ * behind the run-time dispatch of kernels/cpu.h. */
 #endif
 
 #include "runtime/cpu/qgemv.h"
