@@ -217,7 +217,7 @@ bool dsq_api_parse_params(const cJSON *b, bool chat, dsq_api_params *p, dsq_repl
     dsq_sampler_params_default(&p->sp.sp);
     log_unknown(b);
     if (!refuse_unimplemented(b, r)) return false;
-    double temp = chat ? 1.0 : 1.0, top_p = 1, pres = 0, freq = 0;
+    double temp = 1, top_p = 1, /* OpenAI's defaults */ pres = 0, freq = 0;
     long long top_k = 0, seed = 0, max_tokens = -1;
     bool seed_given = false, mt_given = false;
     if (!num_field(b, "temperature", 0, 100, &temp, r) || !num_field(b, "top_p", 1e-9, 1, &top_p, r) ||

@@ -345,16 +345,20 @@ static bool any_running(const dsq_srv *e)
     return false;
 }
 
+/* Which rows of a segment want logits. */
+typedef enum { OUT_NONE, OUT_LAST, OUT_ALL } seg_out;
+
 /* One segment of r into the step's batch. */
-static void add_seg(dsq_srv *e, dsq_srv_req *r, int pos0, int n, const int32_t *toks, bool all_out, int *ns, int *rows,
+static void add_seg(dsq_srv *e, dsq_srv_req *r, int pos0, int n, const int32_t *toks, seg_out out, int *ns, int *rows,
                     int *n_out)
 {
     int s = (*ns)++;
     e->segs[s] = (dsq_seg){r->slot, pos0, n};
     e->seg_req[s] = r;
-    e->seg_out0[s] = *n_out;
+    e->seg_out0[s] = out == OUT_NONE ? -1 : *n_out;
     memcpy(e->toks + *rows, toks, (size_t)n * sizeof *toks);
-    for (int i = all_out ? 0 : n - 1; i < n; i++) e->out_rows[(*n_out)++] = *rows + i;
+    if (out != OUT_NONE)
+        for (int i = out == OUT_ALL ? 0 : n - 1; i < n; i++) e->out_rows[(*n_out)++] = *rows + i;
     *rows += n;
 }
 
@@ -365,24 +369,16 @@ static int build_batch(dsq_srv *e, int *n_out)
     *n_out = 0;
     for (int i = 0; i < e->o.n_slots; i++) {
         dsq_srv_req *r = e->slots[i];
-        if (r && r->n_fed == r->n_prompt) add_seg(e, r, r->n_past, 1, &r->last, false, &ns, &rows, n_out);
+        if (r && r->n_fed == r->n_prompt) add_seg(e, r, r->n_past, 1, &r->last, OUT_LAST, &ns, &rows, n_out);
     }
     int budget = e->o.chunk;
     for (int i = 0; i < e->o.n_slots && budget > 0; i++) {
         dsq_srv_req *r = e->slots[i];
         if (!r || r->n_fed == r->n_prompt) continue;
         int k = r->n_prompt - r->n_fed < budget ? r->n_prompt - r->n_fed : budget;
-        bool last = r->n_fed + k == r->n_prompt;
-        /* rows whose logits are wanted: every one for prompt log probabilities, else the last of the prompt */
-        if (!r->p.echo_logprobs && !last) {
-            e->segs[ns] = (dsq_seg){r->slot, r->n_fed, k};
-            e->seg_req[ns] = r;
-            e->seg_out0[ns++] = -1;
-            memcpy(e->toks + rows, r->prompt + r->n_fed, (size_t)k * sizeof *e->toks);
-            rows += k;
-        } else {
-            add_seg(e, r, r->n_fed, k, r->prompt + r->n_fed, r->p.echo_logprobs, &ns, &rows, n_out);
-        }
+        /* rows whose logits are wanted: every one for prompt log probabilities, else the prompt's last */
+        seg_out out = r->p.echo_logprobs ? OUT_ALL : r->n_fed + k == r->n_prompt ? OUT_LAST : OUT_NONE;
+        add_seg(e, r, r->n_fed, k, r->prompt + r->n_fed, out, &ns, &rows, n_out);
         budget -= k;
     }
     return ns;
