@@ -22,6 +22,32 @@ static const char *const g_names[DSQ_STATUS_COUNT] = {
     [DSQ_STOP] = "stopped",
 };
 
+/* A message names what a file or a request holds (a tensor name, a key, a
+ * role), and those bytes are hostile: a newline would split the one-line
+ * error, an escape sequence would reach the user's terminal. Control bytes
+ * become \n, \t, \r or \xNN; the rest (UTF-8 included) is kept. */
+static void escape_controls(void)
+{
+    char out[DSQ_ERRMSG_CAP];
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)g_errmsg; *p && o + 1 < sizeof out; p++) {
+        if (*p >= 0x20 && *p != 0x7f) {
+            out[o++] = (char)*p;
+            continue;
+        }
+        char esc[5];
+        int n = *p == '\n' ? snprintf(esc, sizeof esc, "\\n")
+                : *p == '\t' ? snprintf(esc, sizeof esc, "\\t")
+                : *p == '\r' ? snprintf(esc, sizeof esc, "\\r")
+                              : snprintf(esc, sizeof esc, "\\x%02x", *p);
+        if (o + (size_t)n + 1 > sizeof out) break;
+        memcpy(out + o, esc, (size_t)n);
+        o += (size_t)n;
+    }
+    out[o] = '\0';
+    memcpy(g_errmsg, out, o + 1);
+}
+
 const char *dsq_status_name(dsq_status s)
 {
     if ((unsigned)s >= DSQ_STATUS_COUNT) return "unknown status";
@@ -34,6 +60,7 @@ dsq_status dsq_fail(dsq_status code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(g_errmsg, sizeof g_errmsg, fmt, ap);
     va_end(ap);
+    escape_controls();
     return code;
 }
 
@@ -46,6 +73,7 @@ dsq_status dsq_fail_errno(dsq_status code, const char *fmt, ...)
     va_end(ap);
     if (n >= 0 && (size_t)n < sizeof g_errmsg)
         snprintf(g_errmsg + n, sizeof g_errmsg - (size_t)n, ": %s", strerror(err));
+    escape_controls();
     return code;
 }
 
@@ -68,6 +96,7 @@ dsq_status dsq_fail_context(dsq_status code, const char *fmt, ...)
         used += len;
     }
     g_errmsg[used] = '\0';
+    escape_controls();
     return code;
 }
 

@@ -408,18 +408,27 @@ static dsq_status check_size(const char *what, const char *name, int64_t v)
     return dsq_fail(DSQ_ERR_FORMAT, "%s: %s = %lld is out of range (1 .. %d)", what, name, (long long)v, SIZE_LIMIT);
 }
 
+/* GGUF stores these as float32 and the runtime computes with them in
+ * float32: a value that rounds to 0 or infinity there (1e-50, 1e300) would
+ * convert to a GGUF no reader takes back. */
+static bool f32_positive(double v)
+{
+    float f = (float)v;
+    return isfinite(v) && isfinite(f) && f > 0;
+}
+
 static dsq_status check_rope(const dsq_arch *a, const char *what)
 {
-    if (!(isfinite(a->rope_theta) && a->rope_theta > 0))
-        return dsq_fail(DSQ_ERR_FORMAT, "%s: rope_theta %g must be positive", what, a->rope_theta);
+    if (!f32_positive(a->rope_theta))
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: rope_theta %g must be positive (as a float32)", what, a->rope_theta);
     if (a->rope_scaling == DSQ_ROPE_SCALING_NONE) return DSQ_OK;
-    if (!(isfinite(a->rope_factor) && a->rope_factor > 0))
+    if (!f32_positive(a->rope_factor))
         return dsq_fail(DSQ_ERR_FORMAT, "%s: rope scaling factor %g must be positive", what, a->rope_factor);
     if (a->rope_scaling == DSQ_ROPE_SCALING_LINEAR) return DSQ_OK;
     DSQ_TRY(check_size(what, "rope original_max_position_embeddings", a->rope_original_max_pos));
     if (a->rope_scaling == DSQ_ROPE_SCALING_LLAMA3 &&
-        !(a->rope_low_freq_factor > 0 && a->rope_high_freq_factor > a->rope_low_freq_factor &&
-          isfinite(a->rope_high_freq_factor)))
+        !(f32_positive(a->rope_low_freq_factor) && f32_positive(a->rope_high_freq_factor) &&
+          (float)a->rope_high_freq_factor > (float)a->rope_low_freq_factor))
         return dsq_fail(DSQ_ERR_FORMAT, "%s: llama3 rope needs 0 < low_freq_factor (%g) < high_freq_factor (%g)", what,
                         a->rope_low_freq_factor, a->rope_high_freq_factor);
     return DSQ_OK;
@@ -500,8 +509,8 @@ dsq_status dsq_arch_validate(const dsq_arch *a, const char *what)
         return dsq_fail(DSQ_ERR_FORMAT, "%s: head_dim %lld must be even (rotary pairs)", what, (long long)a->head_dim);
     if (a->n_heads * a->head_dim > SIZE_LIMIT)
         return dsq_fail(DSQ_ERR_FORMAT, "%s: num_attention_heads x head_dim is too large", what);
-    if (!(isfinite(a->rms_norm_eps) && a->rms_norm_eps > 0))
-        return dsq_fail(DSQ_ERR_FORMAT, "%s: rms_norm_eps %g must be positive", what, a->rms_norm_eps);
+    if (!f32_positive(a->rms_norm_eps))
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: rms_norm_eps %g must be positive (as a float32)", what, a->rms_norm_eps);
     if (a->sliding_window < 0) return dsq_fail(DSQ_ERR_FORMAT, "%s: sliding_window must not be negative", what);
     if (a->family == DSQ_ARCH_DEEPSEEK2) DSQ_TRY(check_deepseek(a, what));
     return check_rope(a, what);

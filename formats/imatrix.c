@@ -316,7 +316,14 @@ static dsq_status gguf_entry(const dsq_gguf *g, const char *base, size_t base_le
         }
     }
     dsq_status st = check_values(e.values, e.nval, g->path, e.name);
-    for (uint32_t k = 0; st == DSQ_OK && k < e.nval; k++) e.stored[k] = e.values[k] * (float)ncall;
+    /* The legacy .dat stores values x ncall: a value that overflows there
+     * could not be written back (nor read by llama-quantize). */
+    for (uint32_t k = 0; st == DSQ_OK && k < e.nval; k++) {
+        e.stored[k] = e.values[k] * (float)ncall;
+        if (!isfinite(e.stored[k]))
+            st = dsq_fail(DSQ_ERR_NUMERIC, "%s: entry %s: value %u (%g) times %d chunks is not finite", g->path,
+                          e.name, k, (double)e.values[k], (int)ncall);
+    }
     if (st != DSQ_OK) {
         entry_free(&e);
         return st;

@@ -56,6 +56,7 @@ dsq_status dsq_tok_buf_reserve(dsq_tok_buf *b, size_t extra)
     char *p = dsq_grow(b->p, &b->cap, need, 1);
     if (!p) return dsq_fail(DSQ_ERR_NOMEM, "tokenizer: out of memory for %zu bytes", need);
     b->p = p;
+    b->p[b->n] = '\0'; /* a buffer nothing is put into is still an empty string (decode of no ids) */
     return DSQ_OK;
 }
 

@@ -304,14 +304,15 @@ static cJSON *text_item(const char *s, size_t n)
 static cJSON *choice_obj(job *j, int idx, size_t from, size_t to, bool delta, bool role, const char *finish)
 {
     choice *c = &j->ch[idx];
+    const char *text = c->text ? c->text + from : ""; /* no text yet: max_tokens 0 */
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "index", idx);
     if (j->chat) {
         cJSON *m = cJSON_AddObjectToObject(o, delta ? "delta" : "message");
         if (role) cJSON_AddStringToObject(m, "role", "assistant");
-        if (to > from || !delta || role) cJSON_AddItemToObject(m, "content", text_item(c->text + from, to - from));
+        if (to > from || !delta || role) cJSON_AddItemToObject(m, "content", text_item(text, to - from));
     } else {
-        cJSON_AddItemToObject(o, "text", text_item(c->text + from, to - from));
+        cJSON_AddItemToObject(o, "text", text_item(text, to - from));
     }
     if (c->lp && j->chat) {
         cJSON *l = cJSON_AddObjectToObject(o, "logprobs");
