@@ -100,6 +100,7 @@ dsq_status dsq_checkpoint_open(const char *path, dsq_checkpoint **out)
     } else {
         s = open_file(c, path);
     }
+    if (s == DSQ_OK) s = dsq_checkpoint_check(c);
     if (s != DSQ_OK) {
         dsq_checkpoint_close(c);
         return s;

@@ -35,12 +35,20 @@ typedef struct dsq_checkpoint {
 } dsq_checkpoint;
 
 /* The kind is decided by what path is: a folder -> HF_DIR, a file starting
- * with the GGUF magic -> GGUF, any other file -> SAFETENSORS. */
+ * with the GGUF magic -> GGUF, any other file -> SAFETENSORS. A file whose
+ * architecture is known but whose tensors contradict it is refused here
+ * (dsq_checkpoint_check). */
 dsq_status dsq_checkpoint_open(const char *path, dsq_checkpoint **out);
 void dsq_checkpoint_close(dsq_checkpoint *c);
 dsq_status dsq_checkpoint_tensor(const dsq_checkpoint *c, uint64_t i, dsq_tensor *out);
 /* "gguf", "hf", "safetensors". */
 const char *dsq_checkpoint_kind_name(dsq_ckpt_kind k);
+/* The shapes of the tensors the architecture names, where present: the
+ * embedding and head against vocab_size and hidden_size, every norm and
+ * linear of every layer against the block description (formats/block.h).
+ * dsq_checkpoint_open runs it, so every command gives a file the same
+ * verdict (formats/checkpoint_check.c). A no-op without an architecture. */
+dsq_status dsq_checkpoint_check(const dsq_checkpoint *c);
 /* Fails (with the recorded reason) when the architecture is not known. */
 dsq_status dsq_checkpoint_require_arch(const dsq_checkpoint *c);
 

@@ -1045,10 +1045,21 @@ static dsq_status w_deepseek(dsq_gguf_writer *w, const char *arch, const dsq_arc
     const dsq_arch_mla *m = &a->mla;
     const dsq_arch_moe *e = &a->moe;
     char key[128];
+    /* GGUF has no topk_method: readers infer it (sigmoid gating -> noaux_tc,
+     * softmax with groups -> group-limited, else greedy), so a routing that
+     * would read back as another one is refused, and greedy routing, which
+     * ignores groups, is written with one group. */
+    bool sigmoid = e->scoring == DSQ_SCORING_SIGMOID, greedy = e->topk_method == DSQ_TOPK_GREEDY;
+    if (sigmoid != (e->topk_method == DSQ_TOPK_NOAUX_TC))
+        return dsq_fail(DSQ_ERR_UNSUPPORTED,
+                        "topk_method %s with scoring_func %s has no GGUF form (GGUF readers take sigmoid gating "
+                        "for noaux_tc routing and softmax for the others)",
+                        greedy ? "greedy" : e->topk_method == DSQ_TOPK_NOAUX_TC ? "noaux_tc" : "group_limited_greedy",
+                        sigmoid ? "sigmoid" : "softmax");
     DSQ_TRY(w_u32(w, arch, "expert_count", e->n_routed));
     DSQ_TRY(w_u32(w, arch, "expert_used_count", e->top_k));
-    DSQ_TRY(w_u32(w, arch, "expert_group_count", e->n_group));
-    DSQ_TRY(w_u32(w, arch, "expert_group_used_count", e->topk_group));
+    DSQ_TRY(w_u32(w, arch, "expert_group_count", greedy ? 1 : e->n_group));
+    DSQ_TRY(w_u32(w, arch, "expert_group_used_count", greedy ? 1 : e->topk_group));
     DSQ_TRY(w_u32(w, arch, "expert_gating_func", e->scoring == DSQ_SCORING_SIGMOID ? 2 : 1));
     DSQ_TRY(w_u32(w, arch, "leading_dense_block_count", e->first_dense));
     DSQ_TRY(w_u32(w, arch, "vocab_size", a->vocab_size));

@@ -131,9 +131,10 @@ run_one() {
               -artifact_prefix="$art/" -max_len=65536)
   [ -n "$d" ] && args+=(-dict="$ROOT/tests/fuzz/dict/$d.dict")
   mkdir -p "$corpus" "$art"
+  # CPU seconds (user + system) beside the log: the campaign's figures count CPU time
   ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive \
-    "$ROOT/build-fuzz/$h" "${args[@]}" "$corpus" >"$log" 2>&1
+    /usr/bin/time -f "%U %S" -o "$log.cpu" "$ROOT/build-fuzz/$h" "${args[@]}" "$corpus" >"$log" 2>&1
 }
 
 summary() {
@@ -143,7 +144,10 @@ summary() {
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*' || echo "?")
   ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*' || echo "?")
   corp=$(grep -o 'corp: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*' || echo "?")
-  printf '%-22s execs %-10s cov %-6s ft %-7s corpus %s\n' "$h" "$execs" "$cov" "$ft" "$corp"
+  cpu=$(awk '/^[0-9.]+ [0-9.]+$/ {printf "%.0f", $1 + $2}' "$log.cpu" 2>/dev/null || echo "?")
+  verdict=ok
+  grep -a -q -E 'ERROR: |FINDING' "$log" && verdict=FINDING
+  printf '%-22s cpu_s %-6s execs %-10s cov %-6s ft %-7s corpus %-6s %s\n' "$h" "$cpu" "$execs" "$cov" "$ft" "$corp" "$verdict"
 }
 
 # campaign SECONDS JOBS CORPUS_ROOT WORK HARNESS...

@@ -760,9 +760,21 @@ static void test_truncated_shard(void **st)
     dsq_test_rmtmp(root);
 }
 
+/* The checkpoint's own verdict (what dsquant info, ppl and the quantizers
+ * get on opening it) is the message convert just gave. */
+static void expect_same_verdict(const char *path)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dsq_errmsg());
+    dsq_checkpoint *c = NULL;
+    assert_int_not_equal(dsq_checkpoint_open(path, &c), DSQ_OK);
+    if (!strstr(msg, dsq_errmsg())) fail_msg("open says \"%s\", convert said \"%s\"", dsq_errmsg(), msg);
+}
+
 /* A q/k projection whose rows cannot be permuted (zero rows, or not whole
  * heads of rotary pairs) is refused by name before anything is written, in
- * both directions; it used to divide by the row count (SIGFPE). */
+ * both directions, by the checkpoint's shape check that every command runs
+ * on opening (one verdict); it used to divide by the row count (SIGFPE). */
 static void test_unpermutable_projection(void **st)
 {
     (void)st;
@@ -780,9 +792,11 @@ static void test_unpermutable_projection(void **st)
         write_spec(hf, ts, n, FAM_LLAMA, DSQ_TYPE_F32, DSQ_CONVERT_DEFAULT_SHARD_BYTES);
         char *gg = join(out, "m.gguf");
         assert_int_not_equal(dsq_convert_hf_to_gguf(hf, gg, DSQ_CONVERT_F32, false), DSQ_OK);
-        if (!strstr(dsq_errmsg(), "model.layers.1.self_attn.k_proj.weight") || !strstr(dsq_errmsg(), "rotary pairs"))
+        if (!strstr(dsq_errmsg(), "model.layers.1.self_attn.k_proj.weight") ||
+            !strstr(dsq_errmsg(), "the architecture needs"))
             fail_msg("rows %lld: message \"%s\"", (long long)bad_rows[b], dsq_errmsg());
         assert_int_equal(dsq_test_count_entries(out), 0);
+        expect_same_verdict(hf);
         free(gg), free(hf), free(out);
         dsq_test_rmtmp(root);
     }
@@ -812,9 +826,10 @@ static void test_unpermutable_projection(void **st)
     dsq_gguf_writer_free(w);
     dsq_gguf_close(g);
     assert_int_not_equal(dsq_convert_gguf_to_hf(bad, out, DSQ_CONVERT_F32, false, 0), DSQ_OK);
-    if (!strstr(dsq_errmsg(), "blk.1.attn_k.weight") || !strstr(dsq_errmsg(), "rotary pairs"))
+    if (!strstr(dsq_errmsg(), "blk.1.attn_k.weight") || !strstr(dsq_errmsg(), "the architecture needs"))
         fail_msg("gguf: message \"%s\"", dsq_errmsg());
     assert_false(dsq_exists(out));
+    expect_same_verdict(bad);
     free(hf), free(good), free(bad), free(out);
     dsq_test_rmtmp(root);
 }
@@ -897,15 +912,15 @@ static void test_gguf_unconvertible_tensor(void **st)
     assert_false(dsq_exists(out));
 
     /* The model is tied, so output.weight is free to carry an exotic type. */
-    const dsq_qtype *q = dsq_qtype_get(DSQ_TYPE_IQ2_XXS);
+    const dsq_qtype *q = dsq_qtype_get(DSQ_TYPE_MXFP4);
     if (q && q->dequantize_row) {
-        fprintf(stderr, "SKIP: iq2_xxs can be dequantized now; pick another type for this case\n");
+        fprintf(stderr, "SKIP: mxfp4 can be dequantized now; pick another type for this case\n");
     } else {
-        int64_t shape[2] = {VOCAB, 256};
-        add_gguf_tensor(gg, gg3, "output.weight", DSQ_TYPE_IQ2_XXS, 2, shape);
+        int64_t shape[2] = {VOCAB, HIDDEN}; /* a block type of 32, so the head keeps its shape */
+        add_gguf_tensor(gg, gg3, "output.weight", DSQ_TYPE_MXFP4, 2, shape);
         assert_int_equal(dsq_convert_gguf_to_hf(gg3, out, DSQ_CONVERT_F32, false, 0), DSQ_ERR_UNSUPPORTED);
         assert_non_null(strstr(dsq_errmsg(), "output.weight"));
-        assert_non_null(strstr(dsq_errmsg(), "iq2_xxs"));
+        assert_non_null(strstr(dsq_errmsg(), "mxfp4"));
         assert_false(dsq_exists(out));
     }
     assert_int_equal(dsq_test_count_entries(root), q && q->dequantize_row ? 3 : 4);
