@@ -29,6 +29,10 @@ int dsq_cmd_quant(int argc, char **argv);
 /* smoothquant, fp8 (cli/cmd_w8.c; argv[0] picks the method). */
 int dsq_cmd_w8(int argc, char **argv);
 
+/* SIGBUS (a mapped input truncated under us), SIGINT and SIGTERM: the
+ * temporaries of unfinished outputs are removed (cli/signals.c). */
+void dsq_cli_install_signals(void);
+
 /* Shared helpers for subcommands (cli/common.c). */
 
 /* Prints "dsquant: error: <library message>" and returns 1. */

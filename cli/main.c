@@ -67,6 +67,7 @@ int main(int argc, char **argv)
         execv("/proc/self/exe", argv);
         /* exec failed: carry on with the default policy */
     }
+    dsq_cli_install_signals();
     for (size_t c = 0; c < sizeof g_cmds / sizeof g_cmds[0]; c++)
         if (!strcmp(argv[i], g_cmds[c].name)) return g_cmds[c].run(argc - i, argv + i);
     fprintf(stderr, "dsquant: error: unknown command \"%s\" (see dsquant --help)\n", argv[i]);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* ---- registry of open inputs, so that no output can replace one ---- */
@@ -18,17 +19,23 @@ enum { DSQ_MAX_OPEN_INPUTS = 1024 };
 static struct {
     dev_t dev;
     ino_t ino;
+    const uint8_t *data; /* the mapping, for dsq_mmap_owner */
+    size_t size;
+    const char *path;
 } g_inputs[DSQ_MAX_OPEN_INPUTS];
 static int g_n_inputs;
 static pthread_mutex_t g_inputs_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static bool inputs_add(const struct stat *st)
+static bool inputs_add(const struct stat *st, const dsq_mmap *m)
 {
     bool ok = false;
     pthread_mutex_lock(&g_inputs_lock);
     if (g_n_inputs < DSQ_MAX_OPEN_INPUTS) {
         g_inputs[g_n_inputs].dev = st->st_dev;
         g_inputs[g_n_inputs].ino = st->st_ino;
+        g_inputs[g_n_inputs].data = m->data;
+        g_inputs[g_n_inputs].size = m->size;
+        g_inputs[g_n_inputs].path = m->path;
         g_n_inputs++;
         ok = true;
     }
@@ -58,6 +65,89 @@ bool dsq_path_is_open_input(const char *path)
         found = g_inputs[i].dev == st.st_dev && g_inputs[i].ino == st.st_ino;
     pthread_mutex_unlock(&g_inputs_lock);
     return found;
+}
+
+const char *dsq_mmap_owner(const void *addr)
+{
+    /* From a signal handler: never wait for the lock (the faulting thread
+     * may hold it); a registry read unlocked is good enough to name a file. */
+    bool locked = pthread_mutex_trylock(&g_inputs_lock) == 0;
+    const char *path = NULL;
+    const uint8_t *a = addr;
+    for (int i = 0; i < g_n_inputs && !path; i++)
+        if (g_inputs[i].data && a >= g_inputs[i].data && a < g_inputs[i].data + g_inputs[i].size)
+            path = g_inputs[i].path;
+    if (locked) pthread_mutex_unlock(&g_inputs_lock);
+    return path;
+}
+
+/* ---- registry of temporaries, removed by dsq_remove_temporaries ---- */
+
+enum { DSQ_MAX_TEMPS = 256 };
+static struct {
+    const char *path; /* the object's own tmp_path buffer */
+    bool dir;
+} g_temps[DSQ_MAX_TEMPS];
+static int g_n_temps;
+static pthread_mutex_t g_temps_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Not registering (a full table) only means a fatal signal leaves that temporary behind. */
+static void temps_add(const char *path, bool dir)
+{
+    pthread_mutex_lock(&g_temps_lock);
+    if (g_n_temps < DSQ_MAX_TEMPS) {
+        g_temps[g_n_temps].path = path;
+        g_temps[g_n_temps].dir = dir;
+        g_n_temps++;
+    }
+    pthread_mutex_unlock(&g_temps_lock);
+}
+
+static void temps_remove(const char *path)
+{
+    pthread_mutex_lock(&g_temps_lock);
+    for (int i = 0; i < g_n_temps; i++) {
+        if (g_temps[i].path == path) {
+            g_temps[i] = g_temps[--g_n_temps];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g_temps_lock);
+}
+
+/* Empties a flat temporary folder with async-signal-safe calls only
+ * (getdents64, unlinkat, rmdir): no opendir, which allocates. */
+static void remove_dir_now(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        char buf[4096];
+        for (long n; (n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0;) {
+            for (long off = 0; off < n;) {
+                struct {
+                    uint64_t ino;
+                    int64_t off;
+                    unsigned short reclen;
+                    unsigned char type;
+                    char name[];
+                } *e = (void *)(buf + off);
+                if (strcmp(e->name, ".") && strcmp(e->name, "..")) (void)unlinkat(fd, e->name, 0);
+                off += e->reclen;
+            }
+        }
+        close(fd);
+    }
+    (void)rmdir(path);
+}
+
+void dsq_remove_temporaries(void)
+{
+    bool locked = pthread_mutex_trylock(&g_temps_lock) == 0;
+    for (int i = 0; i < g_n_temps; i++) {
+        if (g_temps[i].dir) remove_dir_now(g_temps[i].path);
+        else (void)unlink(g_temps[i].path);
+    }
+    if (locked) pthread_mutex_unlock(&g_temps_lock);
 }
 
 /* ---- inputs ---- */
@@ -96,7 +186,7 @@ dsq_status dsq_mmap_open(const char *path, dsq_mmap *m)
     close(fd);
     m->dev = (uint64_t)st.st_dev;
     m->ino = (uint64_t)st.st_ino;
-    if (!inputs_add(&st)) {
+    if (!inputs_add(&st, m)) {
         dsq_mmap_close(m);
         return dsq_fail(DSQ_ERR_IO, "%s: more than %d inputs open at once", path, DSQ_MAX_OPEN_INPUTS);
     }
@@ -117,33 +207,38 @@ dsq_status dsq_read_file(const char *path, size_t max_size, char **out, size_t *
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not hang us */
     if (fd < 0) return dsq_fail_errno(errno == ENOENT ? DSQ_ERR_NOT_FOUND : DSQ_ERR_IO, "%s: cannot open", path);
-    FILE *fp = fdopen(fd, "rb");
-    if (!fp) {
-        close(fd);
-        return dsq_fail_errno(DSQ_ERR_IO, "%s: cannot open", path);
-    }
     struct stat st;
-    if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(fp);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
         return dsq_fail(DSQ_ERR_IO, "%s: not a regular file", path);
     }
     if ((uint64_t)st.st_size > max_size) {
-        fclose(fp);
+        close(fd);
         return dsq_fail(DSQ_ERR_FORMAT, "%s: file is %lld bytes, more than the %zu allowed", path,
                         (long long)st.st_size, max_size);
     }
     size_t n = (size_t)st.st_size;
     char *buf = malloc(n + 1);
     if (!buf) {
-        fclose(fp);
+        close(fd);
         return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", path);
     }
-    if (n && fread(buf, 1, n, fp) != n) {
-        free(buf);
-        fclose(fp);
-        return dsq_fail_errno(DSQ_ERR_IO, "%s: read failed", path);
+    /* read() may return fewer bytes than asked (network file systems, signals) */
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            dsq_status s = r < 0 ? dsq_fail_errno(DSQ_ERR_IO, "%s: read failed", path)
+                                 : dsq_fail(DSQ_ERR_IO, "%s: the file shrank while it was read (%zu of %zu bytes)",
+                                            path, got, n);
+            free(buf);
+            close(fd);
+            return s;
+        }
+        got += (size_t)r;
     }
-    fclose(fp);
+    close(fd);
     buf[n] = '\0';
     *out = buf;
     if (out_len) *out_len = n;
@@ -279,6 +374,7 @@ dsq_status dsq_outfile_open(const char *path, bool overwrite, dsq_outfile **out)
         return e;
     }
     (void)fchmod(f->fd, 0644);
+    temps_add(f->tmp_path, false);
     *out = f;
     return DSQ_OK;
 }
@@ -544,6 +640,7 @@ dsq_status dsq_outfile_pwrite(dsq_outfile *f, const void *buf, size_t n, uint64_
 
 static void outfile_free(dsq_outfile *f)
 {
+    temps_remove(f->tmp_path);
     join_quiet(f);
     free(f->spare);
     if (f->fd >= 0) close(f->fd);
@@ -623,6 +720,7 @@ dsq_status dsq_outdir_open(const char *path, bool overwrite, dsq_outdir **out)
         return s;
     }
     (void)chmod(d->tmp_path, 0755);
+    temps_add(d->tmp_path, true);
     d->overwrite = overwrite;
     *out = d;
     return DSQ_OK;
@@ -662,6 +760,7 @@ dsq_status dsq_outdir_commit(dsq_outdir *d)
         if (old[0]) (void)dsq_rmtree(old);
         fsync_dir(d->parent);
     }
+    temps_remove(d->tmp_path);
     free(d);
     return s;
 }
@@ -669,6 +768,7 @@ dsq_status dsq_outdir_commit(dsq_outdir *d)
 void dsq_outdir_abort(dsq_outdir *d)
 {
     if (!d) return;
+    temps_remove(d->tmp_path);
     (void)dsq_rmtree(d->tmp_path);
     free(d);
 }

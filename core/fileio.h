@@ -26,6 +26,11 @@ void dsq_mmap_close(dsq_mmap *m);
  * range are dropped, so neighbours sharing a page stay resident. */
 void dsq_release_pages(const void *p, uint64_t n);
 
+/* For a fatal-signal handler (SIGBUS: a mapped input truncated or
+ * unreadable under us): the path of the open input whose mapping holds
+ * addr, or NULL. Takes no lock it could wait on. */
+const char *dsq_mmap_owner(const void *addr);
+
 /* Reads a whole (small) file into a NUL-terminated malloc'd buffer; max_size guards hostile sizes. */
 dsq_status dsq_read_file(const char *path, size_t max_size, char **out, size_t *out_len);
 
@@ -77,6 +82,11 @@ const char *dsq_outdir_tmp_path(const dsq_outdir *d);
 dsq_status dsq_outdir_file(const dsq_outdir *d, const char *name, char *buf, size_t cap);
 dsq_status dsq_outdir_commit(dsq_outdir *d);
 void dsq_outdir_abort(dsq_outdir *d);
+
+/* For a fatal-signal handler: removes every temporary file and folder that
+ * open outputs have made (async-signal-safe calls only; a temporary folder
+ * is emptied one level deep). The final paths are never touched. */
+void dsq_remove_temporaries(void);
 
 /* Small helpers. dir/name (name alone when dir is NULL or "") into buf;
  * _fits answers false, recording no message, when the path does not fit. */

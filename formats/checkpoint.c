@@ -25,7 +25,16 @@ static dsq_status sniff_gguf(const char *path, bool *is_gguf)
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return dsq_fail_errno(DSQ_ERR_IO, "%s", path);
     uint8_t b[4];
-    ssize_t n = read(fd, b, sizeof b);
+    ssize_t n = 0;
+    while (n < (ssize_t)sizeof b) { /* a read may return fewer bytes than asked (network file systems) */
+        ssize_t r = read(fd, b + n, sizeof b - (size_t)n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            if (r < 0) n = -1;
+            break;
+        }
+        n += r;
+    }
     int err = errno;
     close(fd);
     if (n < 0) {

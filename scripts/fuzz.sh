@@ -19,6 +19,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 CACHE="${DSQ_CACHE:-$HOME/.cache/dsquant}"
+# The libFuzzer build's folder (another one keeps a running campaign's binaries).
+FB="${DSQ_FUZZ_BUILD:-build-fuzz}"
 
 die() { echo "fuzz.sh: $*" >&2; exit 1; }
 
@@ -119,8 +121,8 @@ build_fuzz() {
     launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache)
     export CCACHE_DIR="${CCACHE_DIR:-$CACHE/ccache}"
   fi
-  CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DDSQ_FUZZ=ON -DDSQ_CUDA=OFF "${launcher[@]}" >/dev/null
-  cmake --build build-fuzz -j"$(nproc 2>/dev/null || echo 2)" >/dev/null
+  CC=clang cmake -S . -B "$FB" -DCMAKE_BUILD_TYPE=Debug -DDSQ_FUZZ=ON -DDSQ_CUDA=OFF "${launcher[@]}" >/dev/null
+  cmake --build "$FB" -j"$(nproc 2>/dev/null || echo 2)" >/dev/null
 }
 
 # run_one HARNESS SECONDS CORPUS_DIR ARTIFACT_DIR LOG
@@ -134,7 +136,7 @@ run_one() {
   # CPU seconds (user + system) beside the log: the campaign's figures count CPU time
   ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive \
-    /usr/bin/time -f "%U %S" -o "$log.cpu" "$ROOT/build-fuzz/$h" "${args[@]}" "$corpus" >"$log" 2>&1
+    /usr/bin/time -f "%U %S" -o "$log.cpu" "$ROOT/$FB/$h" "${args[@]}" "$corpus" >"$log" 2>&1
 }
 
 summary() {
@@ -188,13 +190,13 @@ case "$mode" in
   --smoke)
     secs=${2:-10}
     build_fuzz
-    work="$ROOT/build-fuzz/smoke"
+    work="$ROOT/$FB/smoke"
     rm -rf "$work"; mkdir -p "$work"
-    make_seeds build-fuzz "$work/seeds"
+    make_seeds "$FB" "$work/seeds"
     # the regression inputs first, through the libFuzzer binaries themselves
     for h in $(harnesses); do
       if [ -d "tests/fuzz/regress/$h" ]; then
-        ASAN_OPTIONS=detect_leaks=1 OMP_NUM_THREADS=1 "build-fuzz/$h" -runs=0 "tests/fuzz/regress/$h" \
+        ASAN_OPTIONS=detect_leaks=1 OMP_NUM_THREADS=1 "$FB/$h" -runs=0 "tests/fuzz/regress/$h" \
           >"$work/$h.regress.log" 2>&1 || { tail -40 "$work/$h.regress.log" >&2; die "$h fails on a regression input"; }
       fi
     done
@@ -209,7 +211,7 @@ case "$mode" in
     build_fuzz
     work="$CACHE/fuzz/run-$(date +%Y%m%d-%H%M%S)"
     mkdir -p "$work"
-    make_seeds build-fuzz "$work/seeds"
+    make_seeds "$FB" "$work/seeds"
     start=$(date +%s)
     rc=0
     campaign "$secs" "$jobs" "$CACHE/fuzz/corpus" "$work" "${list[@]}" | tee -a "$CACHE/fuzz/campaign.log" || rc=$?

@@ -152,7 +152,7 @@ static void add_logprob(job *j, choice *c, const dsq_srv_tok *t)
 /* The earliest stop string in the generated text, searched where new bytes could complete one. */
 static void find_stop(job *j, choice *c)
 {
-    if (!j->p.n_stop) return;
+    if (!j->p.n_stop || !c->text) return; /* no text yet: the first tokens decoded to no bytes */
     size_t gl = c->len - c->gen0, from = c->scanned + 1 > j->max_stop ? c->scanned + 1 - j->max_stop : 0;
     size_t best = (size_t)-1;
     for (int i = 0; i < j->p.n_stop; i++) {

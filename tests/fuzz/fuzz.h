@@ -72,5 +72,8 @@ void dsq_fz_quiet(void);
  * <|im_start|>/<|im_end|>/<|endoftext|> specials and a ChatML template.
  * with_weights false writes a vocab-only file. */
 dsq_status dsq_fz_tiny_gguf(const char *path, const char *tok_model, const char *pre, bool with_weights);
+/* The same model at other sizes (dim divisible by 8; at most 16 layers). */
+dsq_status dsq_fz_llama_gguf(const char *path, const char *tok_model, const char *pre, int64_t dim, int64_t ffn,
+                             int64_t layers);
 
 #endif

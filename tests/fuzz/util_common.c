@@ -132,11 +132,13 @@ void dsq_fz_quiet(void)
 
 /* ------------------------------------------------------------ tiny model */
 
-#define TINY_DIM 32
-#define TINY_FFN 64
-#define TINY_LAYERS 2
 #define TINY_HEADS 4
 #define TINY_KV 2
+#define MAX_LAYERS 16
+
+typedef struct dims {
+    int64_t dim, ffn, layers;
+} dims;
 
 /* Pieces merged pairwise in this order; each merge adds one token. */
 static const char *const g_merges[][2] = {
@@ -256,18 +258,18 @@ static dsq_status set_tokenizer(dsq_gguf_writer *w, const vocab *v, const char *
     return dsq_gguf_set_str(w, "tokenizer.chat_template", g_chatml);
 }
 
-static void tiny_arch(dsq_arch *a, int64_t vocab_n)
+static void tiny_arch(dsq_arch *a, int64_t vocab_n, const dims *d)
 {
     memset(a, 0, sizeof *a);
     a->family = DSQ_ARCH_LLAMA;
     snprintf(a->hf_architecture, sizeof a->hf_architecture, "LlamaForCausalLM");
     snprintf(a->model_type, sizeof a->model_type, "llama");
-    a->hidden_size = TINY_DIM;
-    a->intermediate_size = TINY_FFN;
-    a->n_layers = TINY_LAYERS;
+    a->hidden_size = d->dim;
+    a->intermediate_size = d->ffn;
+    a->n_layers = d->layers;
     a->n_heads = TINY_HEADS;
     a->n_kv_heads = TINY_KV;
-    a->head_dim = TINY_DIM / TINY_HEADS;
+    a->head_dim = d->dim / TINY_HEADS;
     a->vocab_size = vocab_n;
     a->max_position_embeddings = 256;
     a->rms_norm_eps = 1e-5;
@@ -281,26 +283,27 @@ typedef struct tdesc {
     int64_t rows, cols; /* cols 0: a vector of rows */
 } tdesc;
 
-static int tiny_tensors(tdesc *t, int64_t vocab_n)
+static int tiny_tensors(tdesc *t, int64_t vocab_n, const dims *d)
 {
     int n = 0;
-    const int64_t kv = TINY_KV * (TINY_DIM / TINY_HEADS);
-    t[n++] = (tdesc){"token_embd.weight", vocab_n, TINY_DIM};
-    t[n++] = (tdesc){"output_norm.weight", TINY_DIM, 0};
-    t[n++] = (tdesc){"output.weight", vocab_n, TINY_DIM};
-    for (int l = 0; l < TINY_LAYERS; l++) {
+    const int64_t D = d->dim, F = d->ffn, kv = TINY_KV * (D / TINY_HEADS);
+    t[n++] = (tdesc){"token_embd.weight", vocab_n, D};
+    t[n++] = (tdesc){"output_norm.weight", D, 0};
+    t[n++] = (tdesc){"output.weight", vocab_n, D};
+    for (int l = 0; l < d->layers; l++) {
+        /* -1: D, -2: F, -3: kv */
         static const struct {
             const char *stem;
-            int64_t rows, cols;
+            int rows, cols;
         } blk[] = {
-            {"attn_norm", TINY_DIM, 0}, {"attn_q", TINY_DIM, TINY_DIM},      {"attn_k", -1, TINY_DIM},
-            {"attn_v", -1, TINY_DIM},   {"attn_output", TINY_DIM, TINY_DIM}, {"ffn_norm", TINY_DIM, 0},
-            {"ffn_gate", TINY_FFN, TINY_DIM}, {"ffn_up", TINY_FFN, TINY_DIM}, {"ffn_down", TINY_DIM, TINY_FFN},
+            {"attn_norm", -1, 0},   {"attn_q", -1, -1},   {"attn_k", -3, -1}, {"attn_v", -3, -1}, {"attn_output", -1, -1},
+            {"ffn_norm", -1, 0},    {"ffn_gate", -2, -1}, {"ffn_up", -2, -1}, {"ffn_down", -1, -2},
         };
         for (size_t b = 0; b < sizeof blk / sizeof blk[0]; b++) {
+            const int64_t size_of[4] = {0, D, F, kv};
             snprintf(t[n].name, sizeof t[n].name, "blk.%d.%s.weight", l, blk[b].stem);
-            t[n].rows = blk[b].rows < 0 ? kv : blk[b].rows;
-            t[n].cols = blk[b].cols;
+            t[n].rows = size_of[-blk[b].rows];
+            t[n].cols = blk[b].cols ? size_of[-blk[b].cols] : 0;
             n++;
         }
     }
@@ -326,17 +329,26 @@ static dsq_status write_weights(dsq_gguf_writer *w, const tdesc *t, int n)
 
 dsq_status dsq_fz_tiny_gguf(const char *path, const char *tok_model, const char *pre, bool with_weights)
 {
+    return dsq_fz_llama_gguf(path, tok_model, pre, with_weights ? 32 : 0, 64, 2);
+}
+
+dsq_status dsq_fz_llama_gguf(const char *path, const char *tok_model, const char *pre, int64_t dim, int64_t ffn,
+                             int64_t layers)
+{
+    if (layers > MAX_LAYERS) return dsq_fail(DSQ_ERR_ARG, "at most %d layers", MAX_LAYERS);
+    bool with_weights = dim > 0;
+    dims d = {with_weights ? dim : 32, ffn, layers};
     vocab v;
     build_vocab(&v, !strcmp(tok_model, "llama"));
     dsq_gguf_writer *w = NULL;
     dsq_status s = dsq_gguf_writer_new(&w);
     dsq_arch a;
-    tiny_arch(&a, v.n);
+    tiny_arch(&a, v.n, &d);
     if (s == DSQ_OK) s = dsq_arch_to_gguf(&a, w);
     if (s == DSQ_OK) s = dsq_gguf_set_str(w, "general.name", "dsq-fuzz-tiny");
     if (s == DSQ_OK) s = set_tokenizer(w, &v, tok_model, pre);
-    tdesc t[3 + 9 * TINY_LAYERS];
-    int n = with_weights ? tiny_tensors(t, v.n) : 0;
+    tdesc t[3 + 9 * MAX_LAYERS];
+    int n = with_weights ? tiny_tensors(t, v.n, &d) : 0;
     for (int i = 0; s == DSQ_OK && i < n; i++) {
         int64_t shape[2] = {t[i].rows, t[i].cols};
         s = dsq_gguf_add_tensor(w, t[i].name, DSQ_TYPE_F32, t[i].cols ? 2 : 1, shape);
