@@ -35,6 +35,9 @@ static const char g_usage[] =
     "  --api-key-file F      the same, the key read from F's first line\n"
     "  --chat-template T     auto (default: the model's) or chatml, llama3, llama2, mistral, deepseek-r1\n"
     "  --max-body BYTES      largest request body (default 16777216; larger: 413)\n"
+    "  --request-timeout S   seconds a client has to deliver a whole request, headers and\n"
+    "                        body, from connecting or from its last answer (default 30);\n"
+    "                        slower clients are cut off\n"
     "  --grace S             seconds in-flight requests get after SIGTERM (default 30)\n"
     "  --threads T           CPU threads for the forward pass (default: all)\n"
     "  -h, --help            this text\n";
@@ -42,7 +45,7 @@ static const char g_usage[] =
 typedef struct serve_args {
     dsq_serve_opts o;
     const char *key_file;
-    int grace;
+    int grace, request_timeout;
 } serve_args;
 
 static int parse_opt(int argc, char **argv, int *i, void *user)
@@ -72,7 +75,7 @@ static int parse_opt(int argc, char **argv, int *i, void *user)
     } ints[] = {{"--port", 0, 65535, &a->o.port},       {"--ctx", 2, 1 << 22, &a->o.n_ctx},
                 {"--parallel", 1, 256, &a->o.parallel}, {"--max-queue", 0, 1 << 20, &a->o.max_queue},
                 {"--chunk", 1, 1 << 16, &a->o.chunk},   {"--threads", 1, 1024, &a->o.threads},
-                {"--grace", 0, 86400, &a->grace}};
+                {"--grace", 0, 86400, &a->grace},       {"--request-timeout", 1, 86400, &a->request_timeout}};
     for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
         if (strcmp(opt, ints[k].name)) continue;
         long long v = dsq_cli_parse_int(opt, val, ints[k].lo, ints[k].hi);
@@ -116,6 +119,7 @@ static int serve(serve_args *a)
     if (a->key_file && read_key(a->key_file, &key) != DSQ_OK) return dsq_cli_fail();
     if (key) a->o.api_key = key;
     dsq_server *sv = NULL;
+    a->o.request_timeout = a->request_timeout;
     if (dsq_server_start(&a->o, &sv) != DSQ_OK) {
         free(key);
         return dsq_cli_fail();
@@ -150,6 +154,7 @@ int dsq_cmd_serve(int argc, char **argv)
     a.o.chunk = 512;
     a.o.chat_template = "auto";
     a.o.max_body = 16u << 20;
+    a.request_timeout = 30;
     a.grace = 30;
     const char *pos[1];
     int n_pos, rc = dsq_cli_walk(argc, argv, "serve", g_usage, parse_opt, &a, pos, 1, &n_pos);

@@ -1,6 +1,7 @@
 /* The type table. Block sizes follow ggml-common.h / gguf-py GGML_QUANT_SIZES
  * (see docs/formats.md); safetensors names follow the safetensors spec. */
 #include "core/dtype.h"
+#include "core/checked.h"
 
 #include <string.h>
 #include <strings.h>
@@ -98,7 +99,7 @@ bool dsq_mul_dims(const int64_t *dims, int n, uint64_t *out)
     uint64_t p = 1;
     for (int i = 0; i < n; i++) {
         if (dims[i] < 0) return false;
-        if (__builtin_mul_overflow(p, (uint64_t)dims[i], &p)) return false;
+        if (!dsq_mul_u64(p, (uint64_t)dims[i], &p)) return false;
     }
     *out = p;
     return true;
@@ -112,7 +113,7 @@ dsq_status dsq_type_nbytes(dsq_type t, uint64_t n_elems, uint64_t *out)
         return dsq_fail(DSQ_ERR_FORMAT, "%llu elements is not a multiple of the %s block size %u",
                         (unsigned long long)n_elems, ti->name, ti->block_elems);
     uint64_t b;
-    if (__builtin_mul_overflow(n_elems / ti->block_elems, (uint64_t)ti->block_bytes, &b))
+    if (!dsq_mul_u64(n_elems / ti->block_elems, (uint64_t)ti->block_bytes, &b))
         return dsq_fail(DSQ_ERR_FORMAT, "tensor byte size overflows");
     *out = b;
     return DSQ_OK;

@@ -20,6 +20,7 @@
  * Float8_e5m2 turns overflow into Inf. Saturating is what checkpoints need:
  * one large outlier must not become a NaN or Inf weight. */
 #include "core/dtype.h"
+#include "core/checked.h"
 
 #include <string.h>
 
@@ -325,7 +326,7 @@ dsq_status dsq_convert_row(dsq_type src_t, const void *src, dsq_type dst_t, void
     size_t src_size = dsq_type_get((int)src_t)->block_bytes;
     size_t dst_size = dsq_type_get((int)dst_t)->block_bytes;
     size_t nbytes;
-    if (__builtin_mul_overflow(n, src_size > dst_size ? src_size : dst_size, &nbytes))
+    if (!dsq_array_bytes(n, src_size > dst_size ? src_size : dst_size, &nbytes))
         return dsq_fail(DSQ_ERR_ARG, "row of %zu %s elements is too large", n, dsq_type_name(src_t));
     const uint8_t *s = src;
     uint8_t *d = dst;

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/checked.h"
 #include "core/grow.h"
 #include "core/strmap.h"
 
@@ -1144,7 +1145,7 @@ static dsq_status layout_tensors(dsq_gguf_writer *w)
     for (uint64_t i = 0; i < w->n_t; i++) {
         w->t[i].offset = off;
         uint64_t padded = pad_to(w->t[i].nbytes, w->alignment);
-        if (padded < w->t[i].nbytes || __builtin_add_overflow(off, padded, &off))
+        if (padded < w->t[i].nbytes || !dsq_add_u64(off, padded, &off))
             return dsq_fail(DSQ_ERR_ARG, "tensor '%s': data section size overflows", w->t[i].name);
     }
     w->data_size = off;

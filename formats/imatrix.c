@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/checked.h"
 #include "core/fileio.h"
 #include "core/log.h"
 #include "formats/gguf.h"
@@ -534,7 +535,7 @@ static dsq_status serialized_size(const dsq_imatrix *im, size_t *total)
     for (size_t i = 0; i < im->n_entries; i++) {
         const dsq_imatrix_entry *e = &im->entries[i];
         size_t add = 12 + strlen(e->name);
-        if (__builtin_add_overflow(n, add, &n) || __builtin_add_overflow(n, (size_t)e->nval * 4, &n))
+        if (!dsq_add_size(n, add, &n) || !dsq_add_size(n, (size_t)e->nval * 4, &n))
             return dsq_fail(DSQ_ERR_ARG, "imatrix: too large to serialize");
     }
     if (im->last_chunk >= 0) n += 8 + (im->dataset ? strlen(im->dataset) : 0);

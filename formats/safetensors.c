@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/checked.h"
 #include "core/grow.h"
 #include "core/json.h"
 #include "core/log.h"
@@ -917,7 +918,7 @@ static dsq_status writer_assign_shards(dsq_st_writer *w, uint64_t *total)
     size_t in_shard = 0;
     for (size_t i = 0; i < w->n; i++) {
         st_wtensor *t = &w->t[i];
-        if (__builtin_add_overflow(sum, t->nbytes, &sum))
+        if (!dsq_add_u64(sum, t->nbytes, &sum))
             return dsq_fail(DSQ_ERR_ARG, "%s/%s: total tensor size overflows", w->dir, w->base);
         if (w->max_shard && in_shard > 0 && t->nbytes > 0 && used + t->nbytes > w->max_shard) {
             shard++;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/checked.h"
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
@@ -136,7 +137,7 @@ dsq_status dsq_linear_from_tensor(dsq_linear *W, const dsq_tensor *t)
     dsq_status s = dsq_linear_init(W, t->type, t->data, t->shape[0], t->shape[1]);
     if (s != DSQ_OK) return dsq_fail_context(s, "tensor %s", t->name);
     uint64_t need = 0;
-    if (__builtin_mul_overflow((uint64_t)W->row_bytes, (uint64_t)W->out, &need) || need != t->nbytes)
+    if (!dsq_mul_u64((uint64_t)W->row_bytes, (uint64_t)W->out, &need) || need != t->nbytes)
         return dsq_fail(DSQ_ERR_FORMAT, "tensor %s: %llu bytes for %lld x %lld %s", t->name,
                         (unsigned long long)t->nbytes, (long long)W->out, (long long)W->in, dsq_type_name(t->type));
     return DSQ_OK;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/checked.h"
 #include "kernels/cpu.h"
 #include "runtime/linear.h"
 
@@ -247,7 +248,7 @@ static dsq_status build_order(const dsq_intq *q, intq_store *s)
 static dsq_status pack_codes(const dsq_intq *q, const intq_store *s, size_t row_bytes, uint8_t **out)
 {
     uint64_t n;
-    if (__builtin_mul_overflow((uint64_t)row_bytes, (uint64_t)q->rows, &n) || n > SIZE_MAX)
+    if (!dsq_mul_u64((uint64_t)row_bytes, (uint64_t)q->rows, &n) || n > SIZE_MAX)
         return dsq_fail(DSQ_ERR_ARG, "intq linear: %lld x %lld is too large", (long long)q->rows, (long long)q->cols);
     uint8_t *codes = calloc((size_t)n ? (size_t)n : 1, 1);
     if (!codes) return dsq_fail(DSQ_ERR_NOMEM, "intq linear: out of memory for %llu code bytes", (unsigned long long)n);

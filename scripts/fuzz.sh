@@ -148,7 +148,7 @@ summary() {
   corp=$(grep -o 'corp: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*' || echo "?")
   cpu=$(awk '/^[0-9.]+ [0-9.]+$/ {printf "%.0f", $1 + $2}' "$log.cpu" 2>/dev/null || echo "?")
   verdict=ok
-  grep -a -q -E 'ERROR: |FINDING' "$log" && verdict=FINDING
+  grep -a -q -E 'ERROR: |FINDING|SUMMARY: ' "$log" && verdict=FINDING
   printf '%-22s cpu_s %-6s execs %-10s cov %-6s ft %-7s corpus %-6s %s\n' "$h" "$cpu" "$execs" "$cov" "$ft" "$corp" "$verdict"
 }
 
@@ -176,7 +176,8 @@ campaign() {
   done
   if [ "$fail" != 0 ]; then
     for h in "$@"; do
-      grep -q -E 'ERROR: |FINDING|SUMMARY: ' "$work/$h.log" 2>/dev/null && { echo "--- $h" >&2; grep -E -A25 'ERROR: |FINDING' "$work/$h.log" | head -60 >&2; }
+      grep -a -q -E 'ERROR: |FINDING|SUMMARY: ' "$work/$h.log" 2>/dev/null &&
+        { echo "--- $h" >&2; grep -a -E -B2 -A25 'ERROR: |FINDING|runtime error' "$work/$h.log" | head -60 >&2; }
     done
   fi
   return $fail

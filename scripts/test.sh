@@ -20,7 +20,14 @@ bash scripts/setup-llama-mla.sh
 
 PY="${DSQ_CACHE:-$HOME/.cache/dsquant}/venv/bin/python"
 [ -x "$PY" ] || PY=python3
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDSQ_CUDA=AUTO -DDSQ_PYTHON="$PY" >/dev/null
+# Compiled objects are cached across runs (a warm CI run recompiles nothing it
+# has seen); the CUDA sources go through nvcc without it.
+LAUNCHER=()
+if command -v ccache >/dev/null; then
+  export CCACHE_DIR="${CCACHE_DIR:-${DSQ_CACHE:-$HOME/.cache/dsquant}/ccache}"
+  LAUNCHER=(-DCMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDSQ_CUDA=AUTO -DDSQ_PYTHON="$PY" "${LAUNCHER[@]}" >/dev/null
 cmake --build build -j"$JOBS"
 # The trained tiny DeepSeek-V3 of py_test_deepseek_quality (cached; 10+ minutes
 # the first time on 2 cores): trained here, alone, so that the test's timeout
@@ -33,7 +40,7 @@ OMP_WAIT_POLICY=passive DSQ_BINARY="$PWD/build/dsquant" "$PY" tests/integration/
 (cd build && ctest --output-on-failure -j"$JOBS")
 
 # Sanitizer run: the C tests again under ASan+UBSan (CUDA off: nvcc and ASan do not mix).
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDSQ_SANITIZE=ON -DDSQ_CUDA=OFF >/dev/null
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDSQ_SANITIZE=ON -DDSQ_CUDA=OFF "${LAUNCHER[@]}" >/dev/null
 cmake --build build-asan -j"$JOBS"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
    ctest --output-on-failure -j"$JOBS" -E '^py_')
@@ -43,3 +50,9 @@ rc=0
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_WAIT_POLICY=passive \
   DSQ_BINARY="$PWD/build-asan/dsquant" "$PY" tests/integration/test_serve.py --sanitized || rc=$?
 [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
+
+# The fuzz smoke run: the clang libFuzzer build (ASan + UBSan), every kept
+# regression input, then each harness for 20 s, two at a time (about 2.5
+# minutes); a crash, leak, timeout or sanitizer report fails the run
+# (scripts/fuzz.sh, docs/fuzzing.md).
+DSQ_BINARY="$PWD/build/dsquant" bash scripts/fuzz.sh --smoke 20

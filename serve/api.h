@@ -22,6 +22,7 @@ struct dsq_server {
     dsq_srv *eng;
     dsq_metrics *metrics;
     void *daemon; /* struct MHD_Daemon */
+    struct dsq_deadline *deadline; /* serve/deadline.h */
     int listen_fd, port;
     long long created;
 };

@@ -19,10 +19,13 @@
 
 #include "core/log.h"
 #include "serve/api.h"
+#include "serve/deadline.h"
 
 /* Seconds a connection may stay silent (a non-streamed request waiting in
- * a long queue is silent until its answer). */
+ * a long queue is silent until its answer). Delivering a request has its
+ * own, shorter deadline (serve/deadline.h). */
 #define IDLE_TIMEOUT_S 600
+#define REQUEST_TIMEOUT_S 30.0
 
 /* ---- replies ---- */
 
@@ -253,6 +256,25 @@ static enum MHD_Result send_reply(dsq_server *sv, struct MHD_Connection *c, dsq_
     return ok;
 }
 
+static dsq_deadline_slot *slot_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode why)
+{
+    dsq_server *sv = cls;
+    if (why == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? dsq_deadline_open(sv->deadline, ci->connect_fd) : NULL;
+    } else {
+        dsq_deadline_close(sv->deadline, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls)
 {
@@ -283,6 +305,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    dsq_deadline_answering(sv->deadline, slot_of(c));
     dsq_reply r = {0};
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     char path[512];
@@ -303,7 +326,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why)
 {
-    (void)cls, (void)c, (void)why;
+    (void)why;
+    dsq_server *sv = cls;
+    dsq_deadline_reading(sv->deadline, slot_of(c)); /* a kept-alive connection's next request */
     conn *k = *con_cls;
     if (!k) return;
     free(k->body);
@@ -355,13 +380,16 @@ dsq_status dsq_server_start(const dsq_serve_opts *o, dsq_server **out)
     sv->metrics = sv->name ? dsq_metrics_new(sv->name) : NULL;
     dsq_status s = sv->metrics ? DSQ_OK : dsq_fail(DSQ_ERR_NOMEM, "serve: out of memory");
     if (s == DSQ_OK) s = listen_on(sv);
+    if (s == DSQ_OK)
+        s = dsq_deadline_start(o->request_timeout > 0 ? o->request_timeout : REQUEST_TIMEOUT_S, &sv->deadline);
     if (s == DSQ_OK) {
         unsigned limit = (unsigned)(2 * (o->parallel + o->max_queue) + 32);
         sv->daemon =
             MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC, 0, NULL,
                              NULL, on_request, sv, MHD_OPTION_LISTEN_SOCKET, sv->listen_fd, MHD_OPTION_CONNECTION_LIMIT,
                              limit, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
-                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv, MHD_OPTION_END);
+                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv, MHD_OPTION_NOTIFY_CONNECTION,
+                             on_connection, sv, MHD_OPTION_END);
         if (!sv->daemon) s = dsq_fail(DSQ_ERR_IO, "cannot start the HTTP server on %s:%d", o->host, o->port);
     }
     if (s != DSQ_OK) {
@@ -389,6 +417,7 @@ void dsq_server_free(dsq_server *sv)
 {
     if (!sv) return;
     if (sv->daemon) MHD_stop_daemon(sv->daemon);
+    dsq_deadline_stop(sv->deadline);
     if (sv->eng) dsq_srv_free(sv->eng);
     if (sv->listen_fd >= 0) close(sv->listen_fd);
     dsq_metrics_free(sv->metrics);

@@ -29,6 +29,7 @@ typedef struct dsq_serve_opts {
     const char *chat_template; /* "auto" or a family name */
     bool strict_model;         /* refuse requests naming another model */
     size_t max_body;           /* bytes */
+    double request_timeout;    /* seconds to deliver a whole request (0: the default, 30) */
 } dsq_serve_opts;
 
 typedef struct dsq_server dsq_server;

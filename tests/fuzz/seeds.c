@@ -436,7 +436,7 @@ static void chats(void)
         puts_(&b, "assistant\x1f<think>hmm</think>Hi!");
         sep(&b);
         puts_(&b, "user\x1f\xe4\xbd\xa0\xe5\xa5\xbd");
-        char name[16];
+        char name[32];
         snprintf(name, sizeof name, "family-%zu", i);
         seed_buf("fuzz_chat", name, &b);
     }
@@ -456,7 +456,7 @@ static void texts(void)
         uint8_t hdr[2] = {(uint8_t)k, (uint8_t)(k % 4)};
         put(&b, hdr, 2);
         puts_(&b, t[k % 5]);
-        char name[16];
+        char name[32];
         snprintf(name, sizeof name, "kind-%02d", k);
         seed_buf("fuzz_tokenize", name, &b);
     }
@@ -473,7 +473,7 @@ static void http_seeds(void)
         "GET /metrics HTTP/1.0\r\n\r\n",
     };
     for (size_t i = 0; i < sizeof raw / sizeof raw[0]; i++) {
-        char name[16];
+        char name[32];
         snprintf(name, sizeof name, "raw-%zu", i);
         seed_str("fuzz_http", name, raw[i]);
     }
@@ -501,7 +501,7 @@ static void http_seeds(void)
         buf b = {0};
         put(&b, &api[i].ep, 1);
         puts_(&b, api[i].body);
-        char name[16];
+        char name[32];
         snprintf(name, sizeof name, "api-%zu", i);
         seed_buf("fuzz_api", name, &b);
     }

@@ -383,6 +383,46 @@ def test_sigterm(model):
     check(len(ends) == 6 and all(ends), f"every stream ended cleanly: {ends}")
 
 
+def test_slow_clients(model):
+    """Clients that dribble their headers or their body are cut off after
+    --request-timeout; the connections they held are freed, a normal
+    request still gets through meanwhile, and a long answer is not cut."""
+    sv = Server(model, "--ctx", "256", "--threads", "1", "--request-timeout", "2", "--parallel", "1")
+    try:
+        def dribble(first, then):
+            s = socket.create_connection(("127.0.0.1", sv.port), timeout=30)
+            s.sendall(first)
+            t0 = time.time()
+            closed = None
+            try:
+                for _ in range(40):  # one byte every 0.25 s: never idle, never done
+                    s.sendall(then)
+                    time.sleep(0.25)
+            except OSError:
+                closed = time.time() - t0
+            if closed is None:
+                s.settimeout(5)
+                try:
+                    closed = time.time() - t0 if s.recv(4096) == b"" else None
+                except OSError:
+                    closed = time.time() - t0
+            s.close()
+            return closed
+        headers = dribble(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ", b"a")
+        check(headers is not None and headers < 6, f"headers dribbled: cut off after {headers} s (timeout 2 s)")
+        body = dribble(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: 1000\r\n\r\n{\"prompt\": \"", b"a")
+        check(body is not None and body < 6, f"body dribbled: cut off after {body} s (timeout 2 s)")
+        # an answer that takes longer than the request timeout is not cut
+        st, r, _ = http(sv.url + "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 200,
+                                                     "ignore_eos": True})
+        check(st == 200 and r["usage"]["completion_tokens"] == 200, "a long answer outlives the request timeout")
+        check(http(sv.url + "/health")[0] == 200, "the server answers after the slow clients")
+    finally:
+        rc = sv.stop()
+        check(rc == 0, f"server exit status {rc}")
+
+
 def main_sanitized(model):
     """--sanitized: the reliability cases against a sanitizer build (DSQ_BINARY):
     any ASan/UBSan report aborts the server, and LeakSanitizer's report at exit
@@ -401,6 +441,7 @@ def main_sanitized(model):
         rc = sv.stop()
         check(rc == 0, f"server exit status {rc} (no sanitizer report, no leak)")
     test_api_key(model)
+    test_slow_clients(model)
     test_sigterm(model)
 
 
@@ -442,6 +483,7 @@ def main():
             rc = sv.stop()
             check(rc == 0, f"server exit status {rc}")
         test_api_key(model)
+        test_slow_clients(model)
         test_queue_full(model)
         test_sigterm(model)
         # a port in use: one line naming it, exit 1
