@@ -7,7 +7,10 @@
  *
  * Operations, on a tiny two-layer Llama checkpoint built here: HF -> GGUF and
  * GGUF -> HF conversion, the GGUF quantizer (Q4_K_M) from a GGUF and from the
- * HF folder, and the tokenizer both ways. (One calibrated layer through the
+ * HF folder, the tokenizer both ways, and what every command does first
+ * (open a checkpoint, its tokenizer and chat template: dsquant info) and
+ * the evaluation commands' passes (ppl, imatrix collected and saved, kld's
+ * base logits saved). (One calibrated layer through the
  * INT writer follows once the driver's new API has landed.) Operations with many allocations are
  * swept with a stride after the first FULL_PREFIX numbers, so the whole test
  * stays near a minute under ASan on two cores; DSQ_TEST_EXHAUSTIVE=1 sweeps
@@ -31,6 +34,10 @@
 #include "core/fileio.h"
 #include "core/log.h"
 #include "core/status.h"
+#include "eval/imatrix_collect.h"
+#include "eval/kld.h"
+#include "eval/perplexity.h"
+#include "formats/checkpoint.h"
 #include "formats/convert.h"
 #include "formats/gguf.h"
 #include "formats/gguf_quantize.h"
@@ -40,7 +47,10 @@
 #include "kernels/cpu.h"
 #include "quantizers/w8.h"
 #include "runtime/linear.h"
+#include "runtime/chat.h"
+#include "runtime/forward.h"
 #include "runtime/model.h"
+#include "runtime/tokenizer.h"
 #include "tests/helpers/failalloc.h"
 #include "tests/helpers/testutil.h"
 
@@ -394,6 +404,91 @@ static dsq_status op_linear_w8(const char *out)
 }
 
 /* One run with allocation n failing (0: none) in a fresh output folder. */
+/* What every command does first (dsquant info's whole job): open the
+ * checkpoint (its shape check included), read the tokenizer and the chat
+ * template. */
+static dsq_status op_info(const char *out)
+{
+    (void)out;
+    dsq_checkpoint *c = NULL;
+    dsq_tokenizer *t = NULL;
+    char *tmpl = NULL;
+    dsq_status s = dsq_checkpoint_open(g_fx.gguf, &c);
+    if (s == DSQ_OK) s = dsq_tokenizer_load(g_fx.gguf, &t);
+    if (s == DSQ_OK) {
+        s = dsq_chat_template_text(c, &tmpl);
+        if (s == DSQ_ERR_NOT_FOUND) s = DSQ_OK; /* the tiny model has none: not an error */
+    }
+    free(tmpl);
+    dsq_tokenizer_free(t);
+    dsq_checkpoint_close(c);
+    return s;
+}
+
+/* The evaluation commands on the tiny model: a context, then ppl's,
+ * imatrix's and kld's passes over 64 tokens in chunks of 16. */
+static const int32_t *eval_tokens(void)
+{
+    static int32_t ids[64];
+    for (int i = 0; i < 64; i++) ids[i] = (i * 7 + 3) % VOCAB;
+    return ids;
+}
+
+static dsq_status with_ctx(dsq_status (*body)(dsq_ctx *c, const char *out), const char *out)
+{
+    dsq_model *m = NULL;
+    dsq_ctx *c = NULL;
+    dsq_status s = dsq_model_open(g_fx.gguf, &m);
+    if (s == DSQ_OK) s = dsq_ctx_new(m, 16, 1, &c);
+    if (s == DSQ_OK) s = body(c, out);
+    dsq_ctx_free(c);
+    dsq_model_close(m);
+    return s;
+}
+
+static dsq_status ppl_body(dsq_ctx *c, const char *out)
+{
+    (void)out;
+    dsq_ppl_opts o;
+    dsq_ppl_opts_default(&o);
+    o.ctx = 16;
+    dsq_ppl_result r;
+    return dsq_ppl_tokens(c, eval_tokens(), 64, &o, &r);
+}
+
+static dsq_status imatrix_body(dsq_ctx *c, const char *out)
+{
+    dsq_imatrix_collector *col = NULL;
+    dsq_imatrix *im = NULL;
+    dsq_imatrix_opts o;
+    dsq_imatrix_opts_default(&o);
+    o.ctx = 16, o.batch = 16, o.bos = 1;
+    dsq_imatrix_run_result r;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/imatrix.dat", out);
+    dsq_status s = dsq_imatrix_collector_new(dsq_ctx_model(c), &col);
+    if (s == DSQ_OK) s = dsq_imatrix_run(c, col, eval_tokens(), 64, &o, &r);
+    if (s == DSQ_OK) s = dsq_imatrix_collector_result(col, "tokens", &im);
+    if (s == DSQ_OK) s = dsq_imatrix_save(im, path, false);
+    dsq_imatrix_free(im);
+    dsq_imatrix_collector_free(col);
+    return s;
+}
+
+static dsq_status kld_body(dsq_ctx *c, const char *out)
+{
+    dsq_kld_opts o;
+    dsq_kld_opts_default(&o);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/base.logits", out);
+    o.ctx = 16, o.bos = 1, o.save_path = path;
+    return dsq_kld_compute(c, NULL, eval_tokens(), 64, &o, NULL);
+}
+
+static dsq_status op_ppl(const char *out) { return with_ctx(ppl_body, out); }
+static dsq_status op_imatrix(const char *out) { return with_ctx(imatrix_body, out); }
+static dsq_status op_kld_save(const char *out) { return with_ctx(kld_body, out); }
+
 static dsq_status run_once(op_fn fn, long n, char **out_dir, long *count)
 {
     *out_dir = dsq_test_mkdtemp();
@@ -465,6 +560,10 @@ static void test_awq_export(void **state) { (void)state; sweep("AWQ layer 0 -> I
 static void test_tokenizer_to_gguf(void **state) { (void)state; sweep("tokenizer hf->gguf", op_tokenizer_to_gguf); }
 static void test_tokenizer_to_hf(void **state) { (void)state; sweep("tokenizer gguf->hf", op_tokenizer_to_hf); }
 static void test_linear_w8(void **state) { (void)state; sweep("8-bit linear storage (init, gemm, gemv)", op_linear_w8); }
+static void test_info(void **state) { (void)state; sweep("info: checkpoint, tokenizer, chat template", op_info); }
+static void test_ppl(void **state) { (void)state; sweep("ppl: model, context, 4 chunks", op_ppl); }
+static void test_imatrix(void **state) { (void)state; sweep("imatrix: collect and save", op_imatrix); }
+static void test_kld_save(void **state) { (void)state; sweep("kld: base logits saved", op_kld_save); }
 
 int main(void)
 {
@@ -484,6 +583,8 @@ int main(void)
         cmocka_unit_test(test_quantize_threads),  cmocka_unit_test(test_gptq_export),
         cmocka_unit_test(test_awq_export),
         cmocka_unit_test(test_linear_w8),
+        cmocka_unit_test(test_info),              cmocka_unit_test(test_ppl),
+        cmocka_unit_test(test_imatrix),           cmocka_unit_test(test_kld_save),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
