@@ -22,6 +22,16 @@
 
 static inline uint8_t min_u8(int a, int b) { return (uint8_t)(a < b ? a : b); }
 
+/* ggml's (int8_t)(float) as its x86 build computes it: truncation to int32
+ * (cvttss2si: INT32_MIN for NaN, infinities and values out of range), then
+ * the low byte. C leaves a float outside the target type's range undefined,
+ * and gcc and clang then differ; NaN weights must still give ggml's bytes. */
+static inline int8_t ggml_i8(float v)
+{
+    int32_t i = (v > -2147483904.0f && v < 2147483648.0f) ? (int32_t)v : INT32_MIN;
+    return (int8_t)(uint8_t)(uint32_t)i;
+}
+
 /* The element of largest magnitude, keeping its sign; the first one on ties. */
 static inline float signed_absmax(const float *x, int n)
 {
@@ -86,8 +96,8 @@ static void quantize_block_q4_0_plain(const float *x, dsq_block_q4_0 *y)
     for (int j = 0; j < QK / 2; ++j) {
         const float x0 = x[j] * id;
         const float x1 = x[QK / 2 + j] * id;
-        const uint8_t q0 = min_u8(15, (int8_t)(x0 + 8.5f));
-        const uint8_t q1 = min_u8(15, (int8_t)(x1 + 8.5f));
+        const uint8_t q0 = min_u8(15, ggml_i8(x0 + 8.5f));
+        const uint8_t q1 = min_u8(15, ggml_i8(x1 + 8.5f));
         y->qs[j] = (uint8_t)(q0 | q1 << 4);
     }
 }
@@ -159,8 +169,8 @@ static void quantize_block_q4_1_plain(const float *x, dsq_block_q4_1 *y)
     for (int j = 0; j < QK / 2; ++j) {
         const float x0 = (x[j] - min) * id;
         const float x1 = (x[QK / 2 + j] - min) * id;
-        const uint8_t q0 = min_u8(15, (int8_t)(x0 + 0.5f));
-        const uint8_t q1 = min_u8(15, (int8_t)(x1 + 0.5f));
+        const uint8_t q0 = min_u8(15, ggml_i8(x0 + 0.5f));
+        const uint8_t q1 = min_u8(15, ggml_i8(x1 + 0.5f));
         y->qs[j] = (uint8_t)(q0 | q1 << 4);
     }
 }
@@ -230,7 +240,7 @@ static void quantize_block_q5_0_plain(const float *x, dsq_block_q5_0 *y)
     const float id = d ? 1.0f / d : 0.0f;
     y->d = dsq_f32_to_f16(d);
     uint8_t L[QK];
-    for (int j = 0; j < QK; ++j) L[j] = min_u8(31, (int8_t)(x[j] * id + 16.5f));
+    for (int j = 0; j < QK; ++j) L[j] = min_u8(31, ggml_i8(x[j] * id + 16.5f));
     pack_q5(L, y->qs, y->qh);
 }
 
@@ -389,7 +399,7 @@ void dsq_quantize_row_q8_0_ref(const float *x, void *vy, int64_t n, const float 
         const float d = q8_block_scale(xb);
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = dsq_f32_to_f16(d);
-        for (int j = 0; j < QK; ++j) y[i].qs[j] = (int8_t)roundf(xb[j] * id);
+        for (int j = 0; j < QK; ++j) y[i].qs[j] = ggml_i8(roundf(xb[j] * id));
     }
 }
 
@@ -404,7 +414,7 @@ void dsq_quantize_row_q8_1_ref(const float *x, void *vy, int64_t n, const float 
         y[i].d = dsq_f32_to_f16(d);
         int sum = 0;
         for (int j = 0; j < QK; ++j) {
-            y[i].qs[j] = (int8_t)roundf(xb[j] * id);
+            y[i].qs[j] = ggml_i8(roundf(xb[j] * id));
             sum += y[i].qs[j];
         }
         y[i].s = dsq_f32_to_f16(sum * d);
