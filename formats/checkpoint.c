@@ -46,14 +46,18 @@ static dsq_status sniff_gguf(const char *path, bool *is_gguf)
     return DSQ_OK;
 }
 
-/* Keeps an architecture failure as a note instead of failing the open; it
- * is raised again by dsq_checkpoint_require_arch. The thread's message is left
- * as is: it means something only after a failing return, and the open succeeds. */
-static void note_arch(dsq_checkpoint *c, dsq_status s)
+/* An architecture we do not handle (or no config at all) is kept as a note
+ * instead of failing the open, so that info can still list the tensors; it
+ * is raised again by dsq_checkpoint_require_arch. A malformed description
+ * (a bad field, an impossible size) fails the open itself: one verdict for
+ * every command. */
+static dsq_status note_arch(dsq_checkpoint *c, dsq_status s)
 {
     c->has_arch = s == DSQ_OK;
     c->arch_status = s;
-    if (s != DSQ_OK) snprintf(c->arch_note, sizeof c->arch_note, "%s", dsq_errmsg());
+    if (s == DSQ_OK) return DSQ_OK;
+    snprintf(c->arch_note, sizeof c->arch_note, "%s", dsq_errmsg());
+    return s == DSQ_ERR_UNSUPPORTED || s == DSQ_ERR_NOT_FOUND ? DSQ_OK : s;
 }
 
 static dsq_status open_hf_dir(dsq_checkpoint *c, const char *path)
@@ -63,7 +67,7 @@ static dsq_status open_hf_dir(dsq_checkpoint *c, const char *path)
     DSQ_TRY(dsq_st_model_open(path, &c->st));
     c->n_tensors = c->st->n_tensors;
     if (dsq_exists(cfg)) {
-        note_arch(c, dsq_arch_from_hf_dir(path, &c->arch));
+        DSQ_TRY(note_arch(c, dsq_arch_from_hf_dir(path, &c->arch)));
     } else {
         c->arch_status = DSQ_ERR_NOT_FOUND;
         snprintf(c->arch_note, sizeof c->arch_note, "%.400s: not found", cfg);
@@ -79,7 +83,7 @@ static dsq_status open_file(dsq_checkpoint *c, const char *path)
         c->kind = DSQ_CKPT_GGUF;
         DSQ_TRY(dsq_gguf_open(path, &c->gguf));
         c->n_tensors = c->gguf->n_tensors;
-        note_arch(c, dsq_arch_from_gguf(c->gguf, &c->arch));
+        DSQ_TRY(note_arch(c, dsq_arch_from_gguf(c->gguf, &c->arch)));
         return DSQ_OK;
     }
     c->kind = DSQ_CKPT_SAFETENSORS;

@@ -445,9 +445,11 @@ static dsq_status check_mla(const dsq_arch *a, const char *what)
     if (m->qk_rope_head_dim % 2 != 0)
         return dsq_fail(DSQ_ERR_FORMAT, "%s: qk_rope_head_dim %lld must be even (rotary pairs)", what,
                         (long long)m->qk_rope_head_dim);
-    if (!(m->yarn_mscale >= 0 && m->yarn_mscale_all_dim >= 0 && isfinite(m->yarn_mscale) &&
-          isfinite(m->yarn_mscale_all_dim)))
-        return dsq_fail(DSQ_ERR_FORMAT, "%s: rope mscale / mscale_all_dim must be finite and not negative", what);
+    /* Released models use about 0.7 .. 1; the bound keeps the value and GGUF's
+     * 0.1 x mscale_all_dim (yarn_log_multiplier, a float32) representable. */
+    if (!(m->yarn_mscale >= 0 && m->yarn_mscale_all_dim >= 0 && m->yarn_mscale <= 1e4 &&
+          m->yarn_mscale_all_dim <= 1e4))
+        return dsq_fail(DSQ_ERR_FORMAT, "%s: rope mscale / mscale_all_dim must lie in [0, 10000]", what);
     return DSQ_OK;
 }
 
