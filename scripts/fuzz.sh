@@ -15,6 +15,9 @@
 #       corpus kept and grown in $DSQ_CACHE/fuzz/corpus/<harness>; a summary
 #       line per harness (executions, coverage, corpus) is appended to
 #       $DSQ_CACHE/fuzz/campaign.log. -j N runs N harnesses at once.
+#   scripts/fuzz.sh --report [LOG]
+#       The campaign log summed per harness as a Markdown table (CPU minutes,
+#       executions, runs, runs that ended in a finding, the last coverage).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -219,5 +222,20 @@ case "$mode" in
     echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD) ${secs}s each, $(( $(date +%s) - start ))s wall, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" \
       >> "$CACHE/fuzz/campaign.log"
     exit $rc ;;
-  *) die "usage: scripts/fuzz.sh --replay BUILD_DIR | --smoke [SECONDS] | --long SECONDS [-j N] [HARNESS...]" ;;
+  --report)
+    log=${2:-$CACHE/fuzz/campaign.log}
+    [ -f "$log" ] || die "$log: no campaign log"
+    echo "| harness | CPU min | executions | runs | runs ending in a finding | coverage (edges) | features | corpus |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+    awk '$2 == "cpu_s" {
+           h = $1; cpu[h] += $3; ex[h] += $5; runs[h]++; if ($12 == "FINDING") bad[h]++
+           cov[h] = $7; ft[h] = $9; corp[h] = $11; tc += $3; te += $5
+         }
+         END {
+           for (h in cpu)
+             printf "| %s | %.1f | %d | %d | %d | %s | %s | %s |\n", h, cpu[h] / 60, ex[h], runs[h], bad[h] + 0, cov[h], ft[h], corp[h] | "sort"
+           close("sort")
+           printf "| all | %.1f (%.2f CPU-h) | %d | | | | | |\n", tc / 60, tc / 3600, te
+         }' "$log" ;;
+  *) die "usage: scripts/fuzz.sh --replay BUILD_DIR | --smoke [SECONDS] | --long SECONDS [-j N] [HARNESS...] | --report [LOG]" ;;
 esac
