@@ -527,6 +527,23 @@ void dsq_srv_free(dsq_srv *e)
     free(e);
 }
 
+static void *exit_at_once(void *arg)
+{
+    pthread_exit(arg);
+}
+
+/* The engine thread owns an OpenMP thread pool; when it ends, libgomp ends
+ * the pool's threads with pthread_exit, and glibc loads libgcc_s (the
+ * unwinder) on the first pthread_exit. At shutdown that first load can
+ * race the process's own exit, fail, and abort ("libgcc_s.so.1 must be
+ * installed for pthread_exit to work", exit by SIGABRT after SIGTERM).
+ * One pthread_exit now, while nothing is ending, loads it for good. */
+static void warm_unwinder(void)
+{
+    pthread_t t;
+    if (pthread_create(&t, NULL, exit_at_once, NULL) == 0) pthread_join(t, NULL);
+}
+
 dsq_status dsq_srv_new(const dsq_model *m, const dsq_srv_opts *o, dsq_srv **out)
 {
     *out = NULL;
@@ -553,6 +570,7 @@ dsq_status dsq_srv_new(const dsq_model *m, const dsq_srv_opts *o, dsq_srv **out)
                        : dsq_fail(DSQ_ERR_NOMEM, "serve: out of memory for batches of %zu rows", rows);
     if (s == DSQ_OK) s = dsq_ctx_new_seqs(m, &dsq_backend_cpu, o->n_ctx, o->n_slots, o->threads, &e->ctx);
     e->counts.kv_total = (int64_t)o->n_slots * o->n_ctx;
+    if (s == DSQ_OK) warm_unwinder();
     if (s == DSQ_OK && pthread_create(&e->th, NULL, engine_main, e) != 0)
         s = dsq_fail(DSQ_ERR_NOMEM, "serve: cannot start the engine thread");
     e->started = s == DSQ_OK;
