@@ -22,6 +22,8 @@
 #include "core/status.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+/* A harness may define its own (building a model, starting a server);
+ * otherwise util_common.c's weak one makes logging quiet. */
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 /* The separator of multi-file inputs (a folder's files, a template and its

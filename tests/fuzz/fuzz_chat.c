@@ -11,13 +11,6 @@
 
 #define MAX_MSG 8
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc, (void)argv;
-    dsq_fz_quiet();
-    return 0;
-}
-
 static void render(const dsq_chat_template *t, const dsq_chat_msg *m, size_t n)
 {
     for (int gen = 0; gen < 2; gen++) {

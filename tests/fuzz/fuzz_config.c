@@ -10,13 +10,6 @@
 #include "formats/hf_config.h"
 #include "tests/fuzz/fuzz.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc, (void)argv;
-    dsq_fz_quiet();
-    return 0;
-}
-
 static void gguf_round_trip(const dsq_arch *a)
 {
     dsq_gguf_writer *w = NULL;

@@ -12,13 +12,6 @@
 #include "runtime/tokenizer.h"
 #include "tests/fuzz/fuzz.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc, (void)argv;
-    dsq_fz_quiet();
-    return 0;
-}
-
 static void every_getter(const dsq_gguf *g, const char *key)
 {
     uint64_t u64;

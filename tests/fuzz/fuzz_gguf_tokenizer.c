@@ -13,13 +13,6 @@
 #include "runtime/tokenizer.h"
 #include "tests/fuzz/fuzz.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc, (void)argv;
-    dsq_fz_quiet();
-    return 0;
-}
-
 static void exercise(const dsq_tokenizer *tok)
 {
     static const char text[] = "The theory of 123 things <|im_end|> \xe4\xb8\xad\xe6\x96\x87 don't\n\n  x";

@@ -11,13 +11,6 @@
 #include "runtime/tokenizer.h"
 #include "tests/fuzz/fuzz.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc, (void)argv;
-    dsq_fz_quiet();
-    return 0;
-}
-
 static void exercise(const dsq_tokenizer *tok)
 {
     static const char text[] = "Hello, world! 12345 the  <|im_start|>user\n\xc3\xa9t\xc3\xa9 \xe2\x96\x81x";

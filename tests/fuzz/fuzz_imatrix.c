@@ -8,13 +8,6 @@
 #include "formats/imatrix.h"
 #include "tests/fuzz/fuzz.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc, (void)argv;
-    dsq_fz_quiet();
-    return 0;
-}
-
 static void round_trip(const dsq_imatrix *im)
 {
     uint8_t *buf = NULL;

@@ -13,13 +13,6 @@
 #include "runtime/model_quant.h"
 #include "tests/fuzz/fuzz.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc, (void)argv;
-    dsq_fz_quiet();
-    return 0;
-}
-
 static const struct {
     const char *module;
     int64_t out, in;

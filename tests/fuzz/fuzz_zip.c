@@ -7,13 +7,6 @@
 #include "datasets/download.h"
 #include "tests/fuzz/fuzz.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc, (void)argv;
-    dsq_fz_quiet();
-    return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const char *const members[] = {"wikitext-2-raw/wiki.test.raw", "a.txt", "", "x"};

@@ -12,12 +12,6 @@
 
 #include "tests/fuzz/fuzz.h"
 
-__attribute__((weak)) int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc, (void)argv;
-    return 0;
-}
-
 static int run_file(const char *path)
 {
     FILE *f = fopen(path, "rb");

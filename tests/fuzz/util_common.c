@@ -123,6 +123,16 @@ bool dsq_fz_ok(dsq_status s, const char *what)
 
 static void no_log(dsq_log_level level, const char *msg, void *user) { (void)level, (void)msg, (void)user; }
 
+/* The harnesses that need nothing more than quiet logging define no
+ * LLVMFuzzerInitialize of their own; this one is theirs (libFuzzer and
+ * tests/fuzz/replay.c both call it when it exists). */
+__attribute__((weak)) int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc, (void)argv;
+    dsq_fz_quiet();
+    return 0;
+}
+
 void dsq_fz_quiet(void)
 {
     /* DSQ_FUZZ_VERBOSE=1 keeps the library's warnings, to see why an input is refused. */
