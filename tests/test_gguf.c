@@ -1033,6 +1033,63 @@ static void test_kquants_vectors(void **state)
     free(path);
 }
 
+/* ggml reads any non-zero bool byte as true; so does every reader of ours,
+ * so that info and convert give such a file the same verdict (a byte 2
+ * once passed info and failed convert). The writer writes 1 back. */
+static void test_bool_bytes(void **state)
+{
+    (void)state;
+    char *dir = dsq_test_mkdtemp();
+    char path[4200], again[4200];
+    snprintf(path, sizeof path, "%s/b.gguf", dir);
+    snprintf(again, sizeof again, "%s/b2.gguf", dir);
+    dsq_gguf_writer *w = NULL;
+    assert_int_equal(dsq_gguf_writer_new(&w), DSQ_OK);
+    assert_int_equal(dsq_gguf_set_bool(w, "flag", true), DSQ_OK);
+    const uint8_t arr[3] = {1, 0, 1};
+    assert_int_equal(dsq_gguf_set_arr(w, "flags", DSQ_GGUF_BOOL, arr, 3), DSQ_OK);
+    assert_int_equal(dsq_gguf_writer_begin(w, path, false), DSQ_OK);
+    assert_int_equal(dsq_gguf_writer_finish(w), DSQ_OK);
+    dsq_gguf_writer_free(w);
+    /* bytes 1 become 2 and 0x80 in the file */
+    FILE *f = fopen(path, "r+b");
+    uint8_t buf[512];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    uint8_t *k = memmem(buf, n, "flag\x07\x00\x00\x00", 8);
+    assert_non_null(k);
+    k[8] = 2;
+    uint8_t *a = memmem(buf, n, "flags\x09\x00\x00\x00\x07\x00\x00\x00\x03", 14);
+    assert_non_null(a);
+    a[21] = 0x80; /* element 0 */
+    fseek(f, 0, SEEK_SET);
+    fwrite(buf, 1, n, f);
+    fclose(f);
+    dsq_gguf *g = NULL;
+    assert_int_equal(dsq_gguf_open(path, &g), DSQ_OK);
+    bool b = false;
+    assert_int_equal(dsq_gguf_get_bool(g, "flag", &b), DSQ_OK);
+    assert_true(b);
+    const dsq_gguf_array *v = NULL;
+    assert_int_equal(dsq_gguf_get_arr(g, "flags", DSQ_GGUF_BOOL, &v), DSQ_OK);
+    assert_int_equal(((const uint8_t *)v->data)[0], 1);
+    assert_int_equal(((const uint8_t *)v->data)[1], 0);
+    assert_int_equal(((const uint8_t *)v->data)[2], 1);
+    /* copied through the writer: 1s again */
+    assert_int_equal(dsq_gguf_writer_new(&w), DSQ_OK);
+    for (uint64_t i = 0; i < g->n_kv; i++) assert_int_equal(dsq_gguf_set(w, g->kv[i].key, &g->kv[i].value), DSQ_OK);
+    assert_int_equal(dsq_gguf_writer_begin(w, again, false), DSQ_OK);
+    assert_int_equal(dsq_gguf_writer_finish(w), DSQ_OK);
+    dsq_gguf_writer_free(w);
+    dsq_gguf_close(g);
+    f = fopen(again, "rb");
+    n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    k = memmem(buf, n, "flag\x07\x00\x00\x00", 8);
+    a = memmem(buf, n, "flags\x09\x00\x00\x00\x07\x00\x00\x00\x03", 14);
+    assert_true(k && a && k[8] == 1 && a[21] == 1);
+    dsq_test_rmtmp(dir);
+}
+
 int main(void)
 {
 #ifdef DSQ_SHARED_DIR
@@ -1053,6 +1110,7 @@ int main(void)
         cmocka_unit_test(test_fuzz),
         cmocka_unit_test(test_writer_failures),
         cmocka_unit_test(test_writer_refuses),
+        cmocka_unit_test(test_bool_bytes),
         cmocka_unit_test(test_kquants_vectors),
     };
     int rc = DSQ_TEST_RUN_GROUP(tests, setup, teardown);
