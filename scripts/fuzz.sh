@@ -122,7 +122,7 @@ build_fuzz() {
   local launcher=()
   if command -v ccache >/dev/null; then
     launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache)
-    export CCACHE_DIR="${CCACHE_DIR:-$CACHE/ccache}"
+    export CCACHE_DIR="${CCACHE_DIR:-$CACHE/ccache}" CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=1
   fi
   CC=clang cmake -S . -B "$FB" -DCMAKE_BUILD_TYPE=Debug -DDSQ_FUZZ=ON -DDSQ_CUDA=OFF "${launcher[@]}" >/dev/null
   cmake --build "$FB" -j"$(nproc 2>/dev/null || echo 2)" >/dev/null
