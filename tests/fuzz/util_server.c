@@ -1,6 +1,7 @@
 /* The server the HTTP harnesses talk to: `dsquant serve` in this process,
  * on a loopback port, over the tiny model (tests/fuzz/fuzz.h). */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -59,18 +60,43 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* connect(), finished even when a signal (libFuzzer's timer) interrupts it. */
+static bool connect_now(int fd, const struct sockaddr_in *a)
+{
+    if (connect(fd, (const struct sockaddr *)a, sizeof *a) == 0) return true;
+    if (errno != EINTR && errno != EINPROGRESS) return false;
+    for (;;) {
+        struct pollfd p = {fd, POLLOUT, 0};
+        int k = poll(&p, 1, 10000);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        int err = 0;
+        socklen_t len = sizeof err;
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err) {
+            errno = err;
+            return false;
+        }
+        return true;
+    }
+}
+
 int dsq_fz_exchange(const void *req, size_t n, bool half_close, char *resp, size_t cap, double timeout_s)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) {
+    /* closed with a reset: hundreds of connections a second must not use up
+     * the ephemeral ports in TIME_WAIT */
+    struct linger lg = {1, 0};
+    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    if (fd < 0 || !connect_now(fd, &a)) {
         perror("dsq-fuzz: connect");
         exit(2);
     }
     for (size_t done = 0; done < n;) {
         ssize_t w = send(fd, (const char *)req + done, n - done, MSG_NOSIGNAL);
-        if (w <= 0) break; /* the server may close early on a bad request */
+        if (w < 0 && errno == EINTR) continue; /* libFuzzer's timer signal */
+        if (w <= 0) break;                     /* the server may close early on a bad request */
         done += (size_t)w;
     }
     if (half_close) shutdown(fd, SHUT_WR);
@@ -84,6 +110,7 @@ int dsq_fz_exchange(const void *req, size_t n, bool half_close, char *resp, size
         if (poll(&p, 1, (int)(left * 1000) + 1) <= 0) continue;
         char tmp[4096];
         ssize_t r = recv(fd, tmp, sizeof tmp, 0);
+        if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
             rc = 0;
             break;
