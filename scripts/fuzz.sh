@@ -156,26 +156,34 @@ summary() {
 }
 
 # campaign SECONDS JOBS CORPUS_ROOT WORK HARNESS...
+# Keeps JOBS harnesses running; whenever one ends (wait -n), the next starts.
 campaign() {
   local secs=$1 jobs=$2 croot=$3 work=$4; shift 4
-  local fail=0 running=0 pids=() names=()
+  local fail=0 pid done_pid
+  declare -A name_of=()
+  finish() { # the harness that ended: its summary line, its verdict
+    local h=${name_of[$1]} rc=$2
+    unset "name_of[$1]"
+    [ "$rc" = 0 ] || { echo "fuzz.sh: $h FAILED (log: $work/$h.log)" >&2; fail=1; }
+    summary "$h" "$work/$h.log"
+  }
   for h in "$@"; do
     local corpus="$croot/$h"
     mkdir -p "$corpus"
     # seeds join the corpus (libFuzzer keeps only what adds coverage)
     [ -d "$work/seeds/$h" ] && cp -n "$work/seeds/$h"/* "$corpus"/ 2>/dev/null || true
     run_one "$h" "$secs" "$corpus" "$work/artifacts/$h" "$work/$h.log" &
-    pids+=($!); names+=("$h")
-    running=$((running + 1))
-    if [ "$running" -ge "$jobs" ]; then
-      wait "${pids[0]}" || { echo "fuzz.sh: ${names[0]} FAILED (log: $work/${names[0]}.log)" >&2; fail=1; }
-      summary "${names[0]}" "$work/${names[0]}.log"
-      pids=("${pids[@]:1}"); names=("${names[@]:1}"); running=$((running - 1))
+    name_of[$!]=$h
+    if [ "${#name_of[@]}" -ge "$jobs" ]; then
+      local rc=0
+      wait -n -p done_pid || rc=$?
+      finish "$done_pid" "$rc"
     fi
   done
-  for k in "${!pids[@]}"; do
-    wait "${pids[$k]}" || { echo "fuzz.sh: ${names[$k]} FAILED (log: $work/${names[$k]}.log)" >&2; fail=1; }
-    summary "${names[$k]}" "$work/${names[$k]}.log"
+  while [ "${#name_of[@]}" -gt 0 ]; do
+    local rc=0
+    wait -n -p done_pid || rc=$?
+    finish "$done_pid" "$rc"
   done
   if [ "$fail" != 0 ]; then
     for h in "$@"; do
