@@ -1,6 +1,7 @@
 /* The server the HTTP harnesses talk to: `dsquant serve` in this process,
  * on a loopback port, over the tiny model (tests/fuzz/fuzz.h). */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -126,7 +127,10 @@ int dsq_fz_exchange(const void *req, size_t n, bool half_close, char *resp, size
 
 int dsq_fz_status_of(const char *resp)
 {
-    int code = 0;
-    if (sscanf(resp, "HTTP/1.%*d %d", &code) != 1) return -1;
-    return code;
+    /* exactly "HTTP/1.x DDD ": a status line, not digits that merely follow */
+    if (strncmp(resp, "HTTP/1.", 7) || !isdigit((unsigned char)resp[7]) || resp[8] != ' ') return -1;
+    const char *d = resp + 9;
+    if (!isdigit((unsigned char)d[0]) || !isdigit((unsigned char)d[1]) || !isdigit((unsigned char)d[2]) || d[3] != ' ')
+        return -1;
+    return (d[0] - '0') * 100 + (d[1] - '0') * 10 + (d[2] - '0');
 }
