@@ -12,6 +12,7 @@
 #include "kernels/gemm.h"      /* x^T x */
 #include "kernels/gemm_bf16.h" /* x^T x of a BF16 pass */
 #include "kernels/rowupd.h"    /* the factorization's and the updates' inner loops */
+#include "quantizers/gptq_internal.h"
 
 #define ROW_TILE 8   /* rows that share each streamed row of U in the batched update */
 #define CHOL_NB 64   /* Cholesky block width */
@@ -293,7 +294,7 @@ static dsq_status tri_inv_reversed(const double *a, int64_t n, float *uf, double
     return DSQ_OK;
 }
 
-static double *alloc_square(int64_t n, size_t elem)
+double *dsq_gptq_alloc_square(int64_t n, size_t elem)
 {
     if (n <= 0 || (uint64_t)n > SIZE_MAX / elem / (uint64_t)n) return NULL;
     return dsq_bigbuf_alloc((size_t)n * (size_t)n * elem);
@@ -302,7 +303,7 @@ static double *alloc_square(int64_t n, size_t elem)
 dsq_status dsq_gptq_hinv_upper(const double *H, int64_t n, double damp, double *U)
 {
     if (!H || !U || n <= 0) return dsq_fail(DSQ_ERR_ARG, "gptq: bad Hessian arguments");
-    double *a = alloc_square(n, sizeof(double));
+    double *a = dsq_gptq_alloc_square(n, sizeof(double));
     double *scratch = malloc((size_t)n * CHOL_NB * sizeof(double));
     if (!a || !scratch) {
         free(a);
@@ -444,7 +445,7 @@ static double run_tile(const gptq_ctx *c, int64_t r0, int64_t nr, float *buf, bo
     return loss;
 }
 
-static dsq_status check_inputs(const float *w, int64_t rows, int64_t cols, const double *H, const char *name)
+dsq_status dsq_gptq_check_inputs(const float *w, int64_t rows, int64_t cols, const double *H, const char *name)
 {
     for (int64_t i = 0; i < rows * cols; i++)
         if (!isfinite(w[i]))
@@ -476,10 +477,10 @@ static int cmp_desc_diag(const void *pa, const void *pb)
 
 /* Damped, permuted, index-reversed Hessian factored into U (float, processing
  * order), with retries at larger dampening. */
-static dsq_status factor_with_retries(const double *H, const int64_t *perm, const uint8_t *dead, int64_t n,
-                                      const dsq_gptq_opts *o, const char *name, float *U, dsq_gptq_report *rep)
+dsq_status dsq_gptq_factor(const double *H, const int64_t *perm, const uint8_t *dead, int64_t n,
+                           const dsq_gptq_opts *o, const char *name, float *U, dsq_gptq_report *rep)
 {
-    double *a = alloc_square(n, sizeof(double));
+    double *a = dsq_gptq_alloc_square(n, sizeof(double));
     double *scratch = malloc((size_t)n * CHOL_NB * sizeof(double));
     if (!a || !scratch) {
         free(a);
@@ -563,7 +564,7 @@ dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, const d
                         (long long)cols);
     dsq_status st = dsq_intq_alloc(&o->q, rows, cols, out);
     if (st != DSQ_OK) return dsq_fail_context(st, "gptq: layer %s", name);
-    st = check_inputs(w, rows, cols, H, name);
+    st = dsq_gptq_check_inputs(w, rows, cols, H, name);
     if (st != DSQ_OK) {
         dsq_intq_free(out);
         return st;
@@ -574,7 +575,7 @@ dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, const d
     int64_t *perm = malloc((size_t)cols * sizeof *perm);
     uint8_t *dead = malloc((size_t)cols);
     diag_key *diag = malloc((size_t)cols * sizeof *diag);
-    float *U = (float *)alloc_square(cols, sizeof(float));
+    float *U = (float *)dsq_gptq_alloc_square(cols, sizeof(float));
     if (!perm || !dead || !diag || !U) {
         st = dsq_fail(DSQ_ERR_NOMEM, "gptq: layer %s: out of memory", name);
         goto done;
@@ -587,7 +588,7 @@ dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, const d
     }
     if (o->act_order) qsort(diag, (size_t)cols, sizeof *diag, cmp_desc_diag);
     for (int64_t i = 0; i < cols; i++) perm[i] = diag[i].i;
-    st = factor_with_retries(H, perm, dead, cols, o, name, U, &rep);
+    st = dsq_gptq_factor(H, perm, dead, cols, o, name, U, &rep);
     if (st != DSQ_OK) goto done;
     gptq_ctx ctx = {w, rows, cols, U, perm, dead, &o->q, o->block_size ? o->block_size : 128, out};
     st = run_rows(&ctx, static_groups, &rep.loss);

@@ -501,6 +501,30 @@ LEGACY_QUANT(q4_1)
 LEGACY_QUANT(q5_0)
 LEGACY_QUANT(q5_1)
 
+float dsq_quantize_row_sigma2(const float *x, int64_t n) { return row_sigma2(x, n); }
+
+/* The imatrix path with the row's sigma^2 given: blocks of a row quantized
+ * one at a time (GPTQ into blocks) get the bytes of the whole row. */
+#if DSQ_HAVE_AVX2_PATHS
+#define LEGACY_SIGMA(t)                                                                            \
+    void dsq_quantize_row_##t##_sigma(const float *x, void *y, int64_t n, const float *qw, float sigma2) \
+    {                                                                                              \
+        int64_t done = USE_AVX2() ? dsq_quantize_##t##_imat_blocks_avx2(x, y, n / QK, qw, sigma2) : 0; \
+        t##_imat_blocks(x, y, done, n / QK, qw, sigma2);                                           \
+    }
+#else
+#define LEGACY_SIGMA(t)                                                                            \
+    void dsq_quantize_row_##t##_sigma(const float *x, void *y, int64_t n, const float *qw, float sigma2) \
+    {                                                                                              \
+        t##_imat_blocks(x, y, 0, n / QK, qw, sigma2);                                              \
+    }
+#endif
+
+LEGACY_SIGMA(q4_0)
+LEGACY_SIGMA(q4_1)
+LEGACY_SIGMA(q5_0)
+LEGACY_SIGMA(q5_1)
+
 /* q8_0 and q8_1 ignore the importance vector, as ggml does */
 void dsq_quantize_row_q8_0(const float *x, void *y, int64_t n, const float *qw)
 {

@@ -6,13 +6,16 @@
 #include "quantizers/quants.h"
 
 #define QROW(T, t, dot, dt, im)                                                                    \
-    [DSQ_TYPE_##T] = {DSQ_TYPE_##T, dsq_quantize_row_##t, dsq_dequantize_row_##t, dot, DSQ_TYPE_##dt, im}
+    [DSQ_TYPE_##T] = {DSQ_TYPE_##T, dsq_quantize_row_##t, dsq_dequantize_row_##t, dot, DSQ_TYPE_##dt, im, NULL}
+#define QROW_SIGMA(T, t, dot, dt)                                                                  \
+    [DSQ_TYPE_##T] = {DSQ_TYPE_##T, dsq_quantize_row_##t, dsq_dequantize_row_##t, dot, DSQ_TYPE_##dt, true, \
+                      dsq_quantize_row_##t##_sigma}
 
 static const dsq_qtype g_qtypes[DSQ_GGML_TYPE_LIMIT] = {
-    QROW(Q4_0, q4_0, dsq_vec_dot_q4_0_q8_0, Q8_0, true),
-    QROW(Q4_1, q4_1, dsq_vec_dot_q4_1_q8_1, Q8_1, true),
-    QROW(Q5_0, q5_0, dsq_vec_dot_q5_0_q8_0, Q8_0, true),
-    QROW(Q5_1, q5_1, dsq_vec_dot_q5_1_q8_1, Q8_1, true),
+    QROW_SIGMA(Q4_0, q4_0, dsq_vec_dot_q4_0_q8_0, Q8_0),
+    QROW_SIGMA(Q4_1, q4_1, dsq_vec_dot_q4_1_q8_1, Q8_1),
+    QROW_SIGMA(Q5_0, q5_0, dsq_vec_dot_q5_0_q8_0, Q8_0),
+    QROW_SIGMA(Q5_1, q5_1, dsq_vec_dot_q5_1_q8_1, Q8_1),
     QROW(Q8_0, q8_0, dsq_vec_dot_q8_0_q8_0, Q8_0, false),
     QROW(Q8_1, q8_1, NULL, Q8_1, false),
     QROW(Q2_K, q2_K, dsq_vec_dot_q2_K_q8_K, Q8_K, true),

@@ -12,6 +12,9 @@
 
 typedef void (*dsq_quantize_row_fn)(const float *x, void *y, int64_t n, const float *qw);
 typedef void (*dsq_dequantize_row_fn)(const void *x, float *y, int64_t n);
+/* ggml's legacy importance paths weigh by the whole row's mean square: the
+ * same with it given, so a row can be quantized a block at a time */
+typedef void (*dsq_quantize_sigma_fn)(const float *x, void *y, int64_t n, const float *qw, float sigma2);
 typedef void (*dsq_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
 
 typedef struct dsq_qtype {
@@ -21,6 +24,9 @@ typedef struct dsq_qtype {
     dsq_vec_dot_fn vec_dot;               /* NULL when no dot product */
     dsq_type vec_dot_type;                /* activation type the dot pairs with */
     bool uses_imatrix;                    /* quantize_row honours qw */
+    /* non-NULL when quantize_row with qw looks at the whole row (its sigma2,
+     * dsq_quantize_row_sigma2), not only at each block */
+    dsq_quantize_sigma_fn quantize_row_sigma;
 } dsq_qtype;
 
 /* The row for t, or NULL when t is not a block type we handle. Plain float

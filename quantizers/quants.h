@@ -25,6 +25,14 @@ DSQ_DECLARE_QTYPE(q4_1)
 DSQ_DECLARE_QTYPE(q5_0)
 DSQ_DECLARE_QTYPE(q5_1)
 DSQ_DECLARE_QTYPE(q8_0)
+/* The importance-weighted path of q4_0/q4_1/q5_0/q5_1 with the row's mean
+ * square sigma2 given (ggml computes it over the whole row; qw non-NULL). */
+void dsq_quantize_row_q4_0_sigma(const float *x, void *y, int64_t n, const float *qw, float sigma2);
+void dsq_quantize_row_q4_1_sigma(const float *x, void *y, int64_t n, const float *qw, float sigma2);
+void dsq_quantize_row_q5_0_sigma(const float *x, void *y, int64_t n, const float *qw, float sigma2);
+void dsq_quantize_row_q5_1_sigma(const float *x, void *y, int64_t n, const float *qw, float sigma2);
+/* That sigma2: sum x^2 / n in ggml's order. */
+float dsq_quantize_row_sigma2(const float *x, int64_t n);
 DSQ_DECLARE_QTYPE(q8_1)
 /* non-linear 4-bit: quantizers/iq4.c */
 DSQ_DECLARE_QTYPE(iq4_nl)

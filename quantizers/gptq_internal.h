@@ -1,0 +1,27 @@
+/* Private to quantizers/: the steps GPTQ on INT groups (gptq.c) shares with
+ * GPTQ into GGUF blocks (gptq_blocks.c). */
+#ifndef DSQ_QUANTIZERS_GPTQ_INTERNAL_H
+#define DSQ_QUANTIZERS_GPTQ_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "quantizers/gptq.h"
+
+/* An n x n matrix of elem-byte entries from the big-buffer allocator, NULL
+ * when the size overflows or memory runs out. */
+double *dsq_gptq_alloc_square(int64_t n, size_t elem);
+
+/* Every weight and Hessian entry finite and the diagonal non-negative, else
+ * an error naming the layer and the entry. */
+dsq_status dsq_gptq_check_inputs(const float *w, int64_t rows, int64_t cols, const double *H, const char *name);
+
+/* U [n x n] (float, processing order perm; dead diagonals set to 1): the
+ * upper Cholesky factor of the damped inverse Hessian, with dampening
+ * o->percdamp of the mean diagonal doubled up to 1 until H factors. Fills
+ * rep->percdamp and rep->damp_tries. */
+dsq_status dsq_gptq_factor(const double *H, const int64_t *perm, const uint8_t *dead, int64_t n,
+                           const dsq_gptq_opts *o, const char *name, float *U, dsq_gptq_report *rep);
+
+#endif
