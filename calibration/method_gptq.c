@@ -36,6 +36,10 @@ static dsq_status quantize_group(dsq_seq_layer *s, int g, const dsq_hessian *H, 
     for (int id = 0; id < s->d->n_linears; id++) {
         if (s->d->linears[id].group != g || !s->ok[id]) continue;
         char name[160];
+        if (s->o->gguf) {
+            DSQ_TRY(dsq_seq_gguf_linear(s, id, H, rep));
+            continue;
+        }
         dsq_seq_lin_name(s, id, name, sizeof name);
         DSQ_TRY(gptq_one(s->o, name, s->w[id], dsq_seq_lin_out(s, id), dsq_seq_lin_in(s, id), H, &s->q[id], rep));
         s->has_q[id] = true;

@@ -27,6 +27,7 @@ struct dsq_seq_layer {
     bool has_q[DSQ_BLOCK_MAX_LINEARS], ok[DSQ_BLOCK_MAX_LINEARS];
     dsq_w8q q8[DSQ_BLOCK_MAX_LINEARS]; /* the 8-bit methods' weights (has_q8) */
     bool has_q8[DSQ_BLOCK_MAX_LINEARS];
+    bool has_gguf[DSQ_BLOCK_MAX_LINEARS]; /* handed to o->gguf->put as GGUF blocks */
     /* the layer has the linear and it is copied here (not an absent one, not a routed expert) */
     bool present[DSQ_BLOCK_MAX_LINEARS];
     float k_scale, v_scale; /* FP8 KV-cache scales (w8.kv_fp8) */
@@ -123,6 +124,9 @@ dsq_status dsq_seq_run_pass(dsq_seq_runner *r, int l, int half, const float *in,
  * copies: s->q[id] for every ok linear, hout the layer's output. */
 dsq_status dsq_seq_gptq_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *hin, float *hout,
                               struct dsq_seq_report *rep);
+/* GPTQ of linear id into the GGUF blocks s->o->gguf names (calibration/seq_gguf.c):
+ * bytes to its put, s->w[id] their dequantized values. */
+dsq_status dsq_seq_gguf_linear(dsq_seq_layer *s, int id, const dsq_hessian *H, struct dsq_seq_report *rep);
 struct dsq_seq_expert;
 /* GPTQ of a routed expert: gate and up from its rows, down from the
  * activations of the quantized gate and up (x->q). */

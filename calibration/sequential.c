@@ -148,7 +148,7 @@ static dsq_status one_layer(dsq_model *m, int l, const dsq_seq_opts *o, dsq_seq_
     dsq_status st = o->method->layer(&s, r, hin, hout, rep);
     for (int id = 0; id < s.d->n_linears; id++) {
         if (!s.present[id] || s.d->linears[id].router) continue;
-        if (s.has_q[id] || s.has_q8[id]) rep->n_quantized++;
+        if (s.has_q[id] || s.has_q8[id] || s.has_gguf[id]) rep->n_quantized++;
         else if (st == DSQ_OK) rep->n_skipped++;
     }
     if (st == DSQ_OK) st = emit_layer(&s);
@@ -165,6 +165,11 @@ static dsq_status check_opts(const dsq_model *m, const dsq_calib_set *calib, con
     if (dsq_method_needs_data_for(o->method, o) && (!calib || calib->n_samples <= 0 || !calib->tokens))
         return dsq_fail(DSQ_ERR_ARG, "%s needs calibration samples", o->method->name);
     if (o->method->check) DSQ_TRY(o->method->check(o));
+    if (o->gguf && o->method != &dsq_method_gptq)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s cannot write GGUF blocks (gptq can)", o->method->name);
+    if (o->gguf && m->arch.moe.n_routed > 0)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "gptq into GGUF blocks does not handle MoE experts yet (%s)",
+                        m->arch.hf_architecture);
     if (m->arch.moe.n_routed > 0 && !o->method->expert)
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s does not calibrate MoE experts yet (%s)",
                         o->method->name, m->arch.hf_architecture);

@@ -30,6 +30,7 @@
 
 #include "calibration/dataset.h"
 #include "calibration/method.h"
+#include "core/dtype.h"
 #include "core/status.h"
 #include "formats/int_writer.h"
 #include "quantizers/awq.h"
@@ -80,6 +81,17 @@ typedef struct dsq_seq_w8_opts {
     bool kv_fp8; /* k_scale / v_scale per layer: max |K| (after RoPE) and max |V| / 448 */
 } dsq_seq_w8_opts;
 
+/* GGUF blocks instead of INT groups (`dsquant gguf --method gptq`,
+ * calibration/gguf_calib.h): GPTQ quantizes each linear to the GGUF type
+ * target names (quantizers/gptq_blocks.h) and hands the bytes, in the
+ * model's row order, to put; the layer then runs on their dequantized
+ * values. A target type that is not a block type leaves the linear in float. */
+typedef struct dsq_seq_gguf {
+    dsq_status (*target)(void *user, int layer, int id, dsq_type *type, const float **importance);
+    dsq_status (*put)(void *user, int layer, int id, dsq_type type, const void *bytes, uint64_t nbytes);
+    void *user;
+} dsq_seq_gguf;
+
 typedef struct dsq_seq_opts {
     const dsq_method *method;
     dsq_intq_params q;     /* bits, group size, sym; the rule is the method's */
@@ -95,6 +107,7 @@ typedef struct dsq_seq_opts {
     dsq_seq_w8_opts w8;   /* smoothquant, fp8 */
     int max_layers;       /* > 0: only layers [0, max_layers) are quantized and emitted (tests, quick looks) */
     bool keep_fake_quant;
+    const dsq_seq_gguf *gguf; /* gptq only: GGUF blocks (NULL: INT groups) */
     dsq_seq_emit_fn emit; /* may be NULL */
     dsq_seq_emit_expert_fn emit_expert; /* may be NULL */
     void *user;

@@ -257,6 +257,7 @@ typedef struct qrun {
     uint8_t *qbuf;       /* its output bytes */
     uint64_t q_cap;
     dsq_gguf_quantize_report *rep;
+    bool quiet; /* the plan alone: its warnings come again with the file */
 } qrun;
 
 static void run_free(qrun *r)
@@ -376,6 +377,7 @@ static dsq_status plan(qrun *r)
     mo.token_embd_type = o->token_embd_type;
     mo.has_imatrix = r->im != NULL;
     mo.allow_requantize = o->allow_requantize;
+    mo.quiet = r->quiet;
     size_t n = r->src.n;
     r->choice = calloc(n ? n : 1, sizeof *r->choice);
     r->order = calloc(n ? n : 1, sizeof *r->order);
@@ -585,6 +587,15 @@ static dsq_status emit_tensor(qrun *r, size_t i, dsq_gguf_writer *w, dsq_gguf_qu
     if (!c->quantize && r->src.g) return copy_gguf_tensor(r, i, w);
     const float *imatrix = NULL;
     if (c->quantize && r->im) DSQ_TRY(dsq_imatrix_for_tensor(r->im, t->name, t->ne[0], t->ne[2], &imatrix));
+    if (c->quantize && r->opt->provider) {
+        const void *bytes = NULL;
+        DSQ_TRY(r->opt->provider->get(r->opt->provider->user, t->name, c->type, rt->bytes_out, &bytes));
+        if (bytes) {
+            rt->provided = true;
+            rt->imatrix = imatrix != NULL;
+            return dsq_gguf_writer_write(w, bytes, rt->bytes_out);
+        }
+    }
     if (c->quantize) DSQ_TRY(check_low_bit(r, t->name, c->type, imatrix));
     rt->imatrix = imatrix != NULL;
     const float *x = NULL;
@@ -612,10 +623,10 @@ static void log_tensor(size_t k, size_t n, const dsq_mix_tensor *t, const dsq_gg
 {
     char shape[96] = "";
     format_shape(t, shape, sizeof shape);
-    DSQ_LOGI("[%zu/%zu] %-36s %-5s -> %-6s %-16s %9.3f MB -> %9.3f MB%s%s%s%s", k, n, t->name,
+    DSQ_LOGI("[%zu/%zu] %-36s %-5s -> %-6s %-16s %9.3f MB -> %9.3f MB%s%s%s%s%s", k, n, t->name,
              dsq_type_name(rt->type_in), dsq_type_name(rt->type_out), shape, (double)rt->bytes_in / 1e6,
              (double)rt->bytes_out / 1e6, rt->fallback ? "  (fallback: " : "", rt->fallback ? rt->reason : "",
-             rt->fallback ? ")" : "", rt->imatrix ? "  [imatrix]" : "");
+             rt->fallback ? ")" : "", rt->imatrix ? "  [imatrix]" : "", rt->provided ? "  [calibrated]" : "");
 }
 
 static dsq_status fill_record(const qrun *r, size_t i, dsq_gguf_quantize_tensor *rt)
@@ -651,6 +662,7 @@ static dsq_status emit_all(qrun *r, dsq_gguf_writer *w)
         rep->n_copied += !rt->quantized;
         rep->n_fallback += rt->fallback;
         rep->n_imatrix += rt->imatrix;
+        rep->n_provided += rt->provided;
         log_tensor(k + 1, r->src.n, &r->src.mt[i], rt);
     }
     return DSQ_OK;
@@ -707,6 +719,45 @@ static dsq_status run(qrun *r, const char *in)
     r->rep->seconds = dsq_now_s() - t0;
     log_totals(r->rep);
     return DSQ_OK;
+}
+
+static dsq_status plan_only(qrun *r, const char *in)
+{
+    DSQ_TRY(check_options(r->opt));
+    DSQ_TRY(src_open(&r->src, in));
+    DSQ_TRY(load_imatrix(r));
+    DSQ_TRY(plan(r));
+    r->rep = calloc(1, sizeof *r->rep);
+    if (r->rep) r->rep->tensors = calloc(r->src.n, sizeof *r->rep->tensors);
+    if (!r->rep || !r->rep->tensors) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
+    r->rep->ftype = r->opt->ftype;
+    for (size_t k = 0; k < r->src.n; k++) {
+        dsq_gguf_quantize_tensor *rt = &r->rep->tensors[k];
+        DSQ_TRY(fill_record(r, r->order[k], rt));
+        r->rep->n_tensors = k + 1;
+        r->rep->n_elements += nelems_of(&r->src.mt[r->order[k]]);
+        r->rep->bytes_in += rt->bytes_in;
+        r->rep->bytes_out += rt->bytes_out;
+        r->rep->n_quantized += rt->quantized;
+        r->rep->n_copied += !rt->quantized;
+        r->rep->n_fallback += rt->fallback;
+    }
+    return DSQ_OK;
+}
+
+dsq_status dsq_gguf_quantize_plan(const char *in, const dsq_gguf_quantize_options *opt,
+                                  dsq_gguf_quantize_report **report)
+{
+    *report = NULL;
+    if (!in || !opt) return dsq_fail(DSQ_ERR_ARG, "gguf quantize: input and options are required");
+    qrun r = {.out = "", .opt = opt, .quiet = true};
+    dsq_status st = plan_only(&r, in);
+    if (st == DSQ_OK) {
+        *report = r.rep;
+        r.rep = NULL;
+    }
+    run_free(&r);
+    return st;
 }
 
 dsq_status dsq_gguf_quantize(const char *in, const char *out, const dsq_gguf_quantize_options *opt,

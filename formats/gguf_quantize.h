@@ -38,6 +38,16 @@
 #include "formats/imatrix.h"
 #include "quantizers/mixes.h"
 
+/* Bytes made elsewhere for tensors the plan quantizes (GPTQ into blocks,
+ * calibration/gguf_calib.h): get sets *bytes to the finished tensor (the
+ * planned type, nbytes long, valid until the next call) or NULL to have the
+ * tensor quantized here as usual. */
+typedef struct dsq_gguf_provider {
+    dsq_status (*get)(void *user, const char *name, dsq_type type, uint64_t nbytes, const void **bytes);
+    void *user;
+    const char *method; /* what made them, for the log and the report ("gptq") */
+} dsq_gguf_provider;
+
 typedef struct dsq_gguf_quantize_options {
     dsq_ftype ftype;
     bool pure;             /* --pure: every quantized tensor gets the ftype's default type */
@@ -52,6 +62,7 @@ typedef struct dsq_gguf_quantize_options {
     const dsq_imatrix *imatrix;
     const char *imatrix_file;
     int n_threads; /* 0: one per core */
+    const dsq_gguf_provider *provider; /* NULL: every tensor quantized here */
 } dsq_gguf_quantize_options;
 
 /* ftype with every option off, no overrides, no imatrix, all cores. */
@@ -68,6 +79,7 @@ typedef struct dsq_gguf_quantize_tensor {
     bool quantized;    /* false: copied with its type */
     bool fallback;     /* the block-size fallback chose the type */
     bool imatrix;      /* quantized with importance weights */
+    bool provided;     /* the bytes came from opt->provider */
     char reason[128];  /* the mix's reason, from dsq_mix_choice */
 } dsq_gguf_quantize_tensor;
 
@@ -77,7 +89,7 @@ typedef struct dsq_gguf_quantize_report {
     dsq_gguf_quantize_tensor *tensors;
     uint64_t n_elements; /* all tensors */
     uint64_t bytes_in, bytes_out;
-    int n_quantized, n_copied, n_fallback, n_imatrix;
+    int n_quantized, n_copied, n_fallback, n_imatrix, n_provided;
     double seconds;
 } dsq_gguf_quantize_report;
 
@@ -89,5 +101,11 @@ void dsq_gguf_quantize_report_free(dsq_gguf_quantize_report *r);
  * dsq_gguf_quantize_report_free; it is set only on success. */
 dsq_status dsq_gguf_quantize(const char *in, const char *out, const dsq_gguf_quantize_options *opt,
                              dsq_gguf_quantize_report **report);
+
+/* The plan alone: every tensor's record (name, types, shape, bytes) in
+ * output order, as dsq_gguf_quantize would write it, with nothing read
+ * beyond the headers and nothing written. */
+dsq_status dsq_gguf_quantize_plan(const char *in, const dsq_gguf_quantize_options *opt,
+                                  dsq_gguf_quantize_report **report);
 
 #endif

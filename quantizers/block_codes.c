@@ -46,15 +46,9 @@ static bool code_pos_of(dsq_type t, int e, code_pos *p)
 {
     *p = (code_pos){0};
     switch (t) {
-    case DSQ_TYPE_Q4_0:
-        nibble32(offsetof(dsq_block_q4_0, qs), e, p);
-        return true;
-    case DSQ_TYPE_Q4_1:
-        nibble32(offsetof(dsq_block_q4_1, qs), e, p);
-        return true;
-    case DSQ_TYPE_IQ4_NL:
-        nibble32(offsetof(dsq_block_iq4_nl, qs), e, p);
-        return true;
+    case DSQ_TYPE_Q4_0: nibble32(offsetof(dsq_block_q4_0, qs), e, p); return true;
+    case DSQ_TYPE_Q4_1: nibble32(offsetof(dsq_block_q4_1, qs), e, p); return true;
+    case DSQ_TYPE_IQ4_NL: nibble32(offsetof(dsq_block_iq4_nl, qs), e, p); return true;
     case DSQ_TYPE_Q5_0:
     case DSQ_TYPE_Q5_1: {
         bool q50 = t == DSQ_TYPE_Q5_0;
@@ -68,9 +62,7 @@ static bool code_pos_of(dsq_type t, int e, code_pos *p)
         p->lo_byte = offsetof(dsq_block_q8_0, qs) + (size_t)e;
         p->lo_bits = 8;
         return true;
-    case DSQ_TYPE_Q2_K:
-        twobit256(offsetof(dsq_block_q2_K, qs), e, p);
-        return true;
+    case DSQ_TYPE_Q2_K: twobit256(offsetof(dsq_block_q2_K, qs), e, p); return true;
     case DSQ_TYPE_Q3_K: {
         twobit256(offsetof(dsq_block_q3_K, qs), e, p);
         int h = e / 128, j = (e % 128) / 32, k = e % 32;
@@ -79,9 +71,7 @@ static bool code_pos_of(dsq_type t, int e, code_pos *p)
         p->hi_bits = 1;
         return true;
     }
-    case DSQ_TYPE_Q4_K:
-        nibble256(offsetof(dsq_block_q4_K, qs), e, p);
-        return true;
+    case DSQ_TYPE_Q4_K: nibble256(offsetof(dsq_block_q4_K, qs), e, p); return true;
     case DSQ_TYPE_Q5_K:
         nibble256(offsetof(dsq_block_q5_K, qs), e, p);
         p->hi_byte = offsetof(dsq_block_q5_K, qh) + (size_t)(e % 32);
@@ -99,11 +89,8 @@ static bool code_pos_of(dsq_type t, int e, code_pos *p)
         p->hi_bits = 2;
         return true;
     }
-    case DSQ_TYPE_IQ4_XS:
-        nibble32(offsetof(dsq_block_iq4_xs, qs) + (size_t)(16 * (e / 32)), e % 32, p);
-        return true;
-    default:
-        return false;
+    case DSQ_TYPE_IQ4_XS: nibble32(offsetof(dsq_block_iq4_xs, qs) + (size_t)(16 * (e / 32)), e % 32, p); return true;
+    default: return false;
     }
 }
 
@@ -181,8 +168,7 @@ static void grid_legacy(dsq_type t, const void *blk, dsq_block_grid *g)
         *g = (dsq_block_grid){.type = t, .n = 32, .lo = 0, .hi = 15, .table = dsq_kvalues_iq4nl};
         fill(g, 0, 32, dsq_f16_to_f32(((const dsq_block_iq4_nl *)blk)->d), 0.0f);
         break;
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -240,16 +226,17 @@ static void grid_kquant(dsq_type t, const void *blk, dsq_block_grid *g)
         }
         break;
     }
-    default:
-        break;
+    default: break;
     }
 }
 
 void dsq_block_grid_get(dsq_type t, const void *blk, dsq_block_grid *g)
 {
     const dsq_type_info *ti = dsq_type_get((int)t);
-    if (ti && ti->block_elems == DSQ_QK_K) grid_kquant(t, blk, g);
-    else grid_legacy(t, blk, g);
+    if (ti && ti->block_elems == DSQ_QK_K)
+        grid_kquant(t, blk, g);
+    else
+        grid_legacy(t, blk, g);
 }
 
 int dsq_block_nearest(const dsq_block_grid *g, int e, float x)

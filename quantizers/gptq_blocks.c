@@ -23,7 +23,7 @@ typedef struct bctx {
     const int64_t *perm; /* processing position -> column */
     const float *imp;    /* [cols] or NULL */
     const dsq_qtype *qt;
-    int64_t qk, bs;      /* block elements, lazy-batch width */
+    int64_t qk, bs; /* block elements, lazy-batch width */
     size_t block_bytes, row_bytes;
     uint8_t *out;
     bool recode; /* elements moved by feedback are rounded again under the block's scales */
@@ -41,8 +41,10 @@ static uint8_t *quantize_block(const bctx *c, int64_t r, int64_t j0, const float
         for (int64_t i = 0; i < c->qk; i++) sum += qw[i];
         if (!(sum > 0.0)) qw = NULL; /* no column of it ever active: plain rounding */
     }
-    if (qw && c->qt->quantize_row_sigma) c->qt->quantize_row_sigma(seg, dst, c->qk, qw, sigma2);
-    else c->qt->quantize_row(seg, dst, c->qk, qw);
+    if (qw && c->qt->quantize_row_sigma)
+        c->qt->quantize_row_sigma(seg, dst, c->qk, qw, sigma2);
+    else
+        c->qt->quantize_row(seg, dst, c->qk, qw);
     c->qt->dequantize_row(dst, q, c->qk);
     return dst;
 }
@@ -99,7 +101,8 @@ static double run_tile(const bctx *c, int64_t r0, int64_t nr, float *buf)
     }
     for (int64_t i1 = 0; i1 < n; i1 += bs) {
         const int64_t i2 = i1 + bs < n ? i1 + bs : n;
-        for (int64_t t = 0; t < nr; t++) loss += row_batch(c, r0 + t, wg + t * n, w1, err + t * bs, q, i1, i2, sigma2[t]);
+        for (int64_t t = 0; t < nr; t++)
+            loss += row_batch(c, r0 + t, wg + t * n, w1, err + t * bs, q, i1, i2, sigma2[t]);
         for (int64_t j0 = i2; j0 < n; j0 += COL_CHUNK) {
             const int64_t j1 = j0 + COL_CHUNK < n ? j0 + COL_CHUNK : n;
             for (int64_t t = 0; t < nr; t++)
@@ -208,8 +211,19 @@ dsq_status dsq_gptq_blocks_quantize(const float *w, int64_t rows, int64_t cols, 
     if (st == DSQ_OK) st = dsq_gptq_factor(H, perm, dead, cols, &fo, name, U, &rep);
     if (st != DSQ_OK) goto done;
     const int64_t bs = qk >= 128 ? qk : 128 / qk * qk;
-    bctx c = {w,  rows, cols, U, perm, qt->uses_imatrix ? (o->importance ? o->importance : imp) : NULL, qt, qk, bs,
-              ti->block_bytes, (size_t)(cols / qk) * ti->block_bytes, out, dsq_block_codes_supported(o->type)};
+    bctx c = {w,
+              rows,
+              cols,
+              U,
+              perm,
+              qt->uses_imatrix ? (o->importance ? o->importance : imp) : NULL,
+              qt,
+              qk,
+              bs,
+              ti->block_bytes,
+              (size_t)(cols / qk) * ti->block_bytes,
+              out,
+              dsq_block_codes_supported(o->type)};
     st = run_rows(&c, &rep.loss);
     if (st == DSQ_OK && !isfinite(rep.loss))
         st = dsq_fail(DSQ_ERR_NUMERIC, "gptq: tensor %s: the updates did not stay finite (loss %g)", name, rep.loss);
@@ -222,8 +236,8 @@ done:
     return st;
 }
 
-dsq_status dsq_gptq_blocks_error(const float *w, const void *q, dsq_type t, int64_t rows, int64_t cols,
-                                 const double *H, double *err)
+dsq_status dsq_gptq_blocks_error(const float *w, const void *q, dsq_type t, int64_t rows, int64_t cols, const double *H,
+                                 double *err)
 {
     const dsq_type_info *ti = dsq_type_get((int)t);
     if (!ti || !ti->quantized || cols % ti->block_elems)

@@ -455,8 +455,10 @@ static dsq_status block_fallback(mix_state *s, const dsq_mix_tensor *tn, dsq_typ
                         tn->name, (long long)nx, (long long)qk, dsq_type_name(*t));
     }
     if (nx % blck(nt) != 0) nt = DSQ_TYPE_F16;
-    DSQ_LOGW("%s: tensor cols %lld x %lld are not divisible by %lld, required for %s - using fallback quantization %s",
-             tn->name, (long long)nx, (long long)ny, (long long)qk, dsq_type_name(*t), dsq_type_name(nt));
+    if (!s->o->quiet)
+        DSQ_LOGW("%s: tensor cols %lld x %lld are not divisible by %lld, required for %s - using fallback "
+                 "quantization %s",
+                 tn->name, (long long)nx, (long long)ny, (long long)qk, dsq_type_name(*t), dsq_type_name(nt));
     size_t used = strlen(c->reason);
     snprintf(c->reason + used, sizeof c->reason - used, "; %s -> fallback %s (cols %lld)", dsq_type_name(*t),
              dsq_type_name(nt), (long long)nx);
@@ -638,7 +640,7 @@ dsq_status dsq_mix_plan(const dsq_mix_model *model, const dsq_mix_options *opt, 
     for (size_t k = 0; st == DSQ_OK && k < n; k++) st = plan_one(&s, def, &tensors[order[k]], &out[order[k]]);
     free(order);
     if (st != DSQ_OK) return st;
-    if (s.n_fallback > 0)
+    if (s.n_fallback > 0 && !opt->quiet)
         DSQ_LOGW("%d of %d tensor(s) required fallback quantization", s.n_fallback, s.n_k_quantized + s.n_fallback);
     if (stats) {
         memset(stats, 0, sizeof *stats);

@@ -98,6 +98,7 @@ typedef struct dsq_mix_options {
     dsq_type token_embd_type;  /* --token-embedding-type, or DSQ_MIX_NO_TYPE */
     bool has_imatrix;          /* an importance matrix was given (global flag in llama.cpp) */
     bool allow_requantize;     /* --allow-requantize: quantized sources may be requantized */
+    bool quiet;                /* no fallback warnings (a plan made twice says them once) */
 } dsq_mix_options;
 
 /* ftype with every option off and no overrides. */

@@ -32,8 +32,8 @@
 #include "quantizers/qtypes.h"
 #include "tests/helpers/testutil.h"
 
-static const dsq_type k_types[] = {DSQ_TYPE_Q4_0, DSQ_TYPE_Q4_1, DSQ_TYPE_Q5_0, DSQ_TYPE_Q5_1,
-                                   DSQ_TYPE_Q8_0, DSQ_TYPE_Q2_K, DSQ_TYPE_Q3_K, DSQ_TYPE_Q4_K,
+static const dsq_type k_types[] = {DSQ_TYPE_Q4_0, DSQ_TYPE_Q4_1, DSQ_TYPE_Q5_0,   DSQ_TYPE_Q5_1,
+                                   DSQ_TYPE_Q8_0, DSQ_TYPE_Q2_K, DSQ_TYPE_Q3_K,   DSQ_TYPE_Q4_K,
                                    DSQ_TYPE_Q5_K, DSQ_TYPE_Q6_K, DSQ_TYPE_IQ4_NL, DSQ_TYPE_IQ4_XS};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
@@ -98,8 +98,8 @@ static void test_diagonal_is_plain(void **state)
             /* 0: importance from diag(H); 1: given importance; 2: act-order with diag(H) */
             const float *imp = variant == 1 ? given : NULL;
             assert_int_equal(dsq_quantize(t, w, plain, rows, cols, im ? (imp ? imp : diag) : NULL), DSQ_OK);
-            dsq_gptq_blocks_opts o = {.type = t, .percdamp = 0.01, .act_order = variant == 2, .importance = imp,
-                                      .name = "blk.0.test"};
+            dsq_gptq_blocks_opts o = {
+                .type = t, .percdamp = 0.01, .act_order = variant == 2, .importance = imp, .name = "blk.0.test"};
             dsq_gptq_report rep;
             memset(ours, 0xA5, rb * rows);
             assert_int_equal(dsq_gptq_blocks_quantize(w, rows, cols, H, &o, ours, &rep), DSQ_OK);
@@ -140,17 +140,22 @@ static void test_correlated_beats_plain(void **state)
             double e_plain, e_ours;
             assert_int_equal(dsq_gptq_blocks_error(w, plain, t, rows, cols, H, &e_plain), DSQ_OK);
             assert_int_equal(dsq_gptq_blocks_error(w, ours, t, rows, cols, H, &e_ours), DSQ_OK);
-            if (getenv("DSQ_TEST_VERBOSE")) print_message("%s draw %d: plain %g gptq %g (%.3f)\n", dsq_type_name(t), (int)draw, e_plain, e_ours, e_ours / e_plain);
+            if (getenv("DSQ_TEST_VERBOSE"))
+                print_message("%s draw %d: plain %g gptq %g (%.3f)\n", dsq_type_name(t), (int)draw, e_plain, e_ours,
+                              e_ours / e_plain);
             if (!(e_ours < 0.7 * e_plain))
-                fail_msg("%s draw %d: GPTQ error %g not below 0.7x plain %g", dsq_type_name(t), (int)draw, e_ours, e_plain);
+                fail_msg("%s draw %d: GPTQ error %g not below 0.7x plain %g", dsq_type_name(t), (int)draw, e_ours,
+                         e_plain);
             /* act-order at block granularity is a valid order too: never worse than plain */
             o.act_order = true;
             assert_int_equal(dsq_gptq_blocks_quantize(w, rows, cols, H, &o, ours, &rep), DSQ_OK);
             assert_int_equal(dsq_gptq_blocks_error(w, ours, t, rows, cols, H, &e_ours), DSQ_OK);
-            if (getenv("DSQ_TEST_VERBOSE")) print_message("%s draw %d act: plain %g gptq %g (%.3f)\n", dsq_type_name(t), (int)draw, e_plain, e_ours, e_ours / e_plain);
+            if (getenv("DSQ_TEST_VERBOSE"))
+                print_message("%s draw %d act: plain %g gptq %g (%.3f)\n", dsq_type_name(t), (int)draw, e_plain, e_ours,
+                              e_ours / e_plain);
             if (!(e_ours < 0.7 * e_plain))
-                fail_msg("%s draw %d act-order: GPTQ error %g not below 0.7x plain %g", dsq_type_name(t), (int)draw, e_ours,
-                         e_plain);
+                fail_msg("%s draw %d act-order: GPTQ error %g not below 0.7x plain %g", dsq_type_name(t), (int)draw,
+                         e_ours, e_plain);
             free(plain);
             free(ours);
         }
@@ -248,5 +253,5 @@ int main(void)
         cmocka_unit_test(test_block_codes),
         cmocka_unit_test(test_bad_input),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }

@@ -2,7 +2,10 @@
 
 Models, all made from the same weights: the default model (SmolLM2-135M Q4_1)
 taken to F32 with `dsquant gguf --type F32 --allow-requantize`, and Q8_0 and
-Q4_K_M quantized from that F32 file with `dsquant gguf`.
+Q4_K_M quantized from that F32 file with `dsquant gguf`, and Q4_K_M by GPTQ
+into the same blocks (`dsquant gguf --method gptq`, 8 x 512 tokens of
+tinyshakespeare): llama.cpp must load it and agree with us on it as on the
+plain file.
 
 Text: WikiText-2 test (wiki.test.raw), the first K = 10 chunks of 512 tokens
 (DSQ_PPL_CHUNKS overrides K). With activations rounded to 8 bits, a change in
@@ -146,6 +149,17 @@ def ours_runs(jobs, k, results, env):
         results[(name, llact)] = (j["ppl"], j["ppl_err"], j["n_scored"], time.time() - t0)
 
 
+GPTQ = "Q4_K_M gptq"
+
+
+def calib_text():
+    """The calibration text from the shared folder (offline), as a path."""
+    path = os.path.join(os.path.dirname(wiki_path()), "tinyshakespeare.txt.zst")
+    if not os.path.exists(path):
+        skip(f"no tinyshakespeare.txt.zst next to {wiki_path()}")
+    return path
+
+
 def main():
     t_start = time.time()
     src, wiki = default_model(), wiki_path()
@@ -161,16 +175,20 @@ def main():
         for t in ("Q8_0", "Q4_K_M"):
             models[t] = os.path.join(work, f"{t}.gguf")
             dsquant("gguf", models["F32"], "-o", models[t], "--type", t)
+        models[GPTQ] = os.path.join(work, "Q4_K_M-gptq.gguf")
+        dsquant("gguf", models["F32"], "-o", models[GPTQ], "--type", "Q4_K_M", "--method", "gptq", "--calib",
+                calib_text(), "--n-samples", "8", "--seqlen", "512")
         print(f"models made in {time.time() - t_start:.1f} s")
         ids, add_bos, bos = compare_tokens(models["F32"], wiki, k, problems)
 
         jobs = [("F32", models["F32"], False), ("Q8_0", models["Q8_0"], True), ("Q4_K_M", models["Q4_K_M"], True),
-                ("Q8_0", models["Q8_0"], False), ("Q4_K_M", models["Q4_K_M"], False)]
+                (GPTQ, models[GPTQ], True), ("Q8_0", models["Q8_0"], False), ("Q4_K_M", models["Q4_K_M"], False),
+                (GPTQ, models[GPTQ], False)]
         ours = {}
         bg = threading.Thread(target=ours_runs, args=(jobs, k, ours, env))
         bg.start()
         theirs = {}
-        for name in ("F32", "Q8_0", "Q4_K_M"):
+        for name in ("F32", "Q8_0", "Q4_K_M", GPTQ):
             t0 = time.time()
             theirs[name] = llama_ppl(models[name], ids, k, add_bos, bos)
             print(f"llama.cpp {name}: PPL {theirs[name][0]:.4f} +/- {theirs[name][1]:.4f} ({time.time() - t0:.1f} s)")
@@ -182,7 +200,7 @@ def main():
         print(f"\n{k} chunks of {CTX} (llama-perplexity protocol), {k * (CTX - 1 - CTX // 2)} tokens scored")
         print("| model | llama.cpp | ours --llamacpp-act | diff | ours default | diff |")
         print("|---|---:|---:|---:|---:|---:|")
-        for name in ("F32", "Q8_0", "Q4_K_M"):
+        for name in ("F32", "Q8_0", "Q4_K_M", GPTQ):
             ref = theirs[name][0]
             pre = ours[(name, False)][0]
             d_pre = pre / ref - 1

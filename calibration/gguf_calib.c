@@ -1,0 +1,265 @@
+/* GPTQ into a llama.cpp GGUF; the steps are in gguf_calib.h. */
+#include "calibration/gguf_calib.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/grow.h"
+#include "core/log.h"
+#include "core/strmap.h"
+#include "formats/block.h"
+#include "formats/hf_names.h"
+#include "formats/imatrix.h"
+#include "runtime/model.h"
+#include "runtime/tokenizer.h"
+
+/* One tensor in the spill file. */
+typedef struct spilled {
+    uint64_t off, nbytes;
+    dsq_type type;
+} spilled;
+
+typedef struct gcalib {
+    const dsq_gguf_quantize_report *plan;
+    dsq_strmap by_name; /* plan tensor name -> index */
+    const dsq_imatrix *im;
+    dsq_model *m;
+    bool rows_gguf; /* the model's Q/K rows are in GGUF order already (a GGUF input) */
+    int fd;
+    char spill_path[4096];
+    uint64_t spill_end;
+    spilled *sp; /* by plan index */
+    bool *has;
+    uint8_t *buf; /* provider / permutation buffer */
+    size_t buf_cap;
+} gcalib;
+
+static void linear_name(const gcalib *g, int layer, int id, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "blk.%d.%s.weight", layer, g->m->block->linears[id].gguf);
+}
+
+static int64_t plan_index(const gcalib *g, const char *name) { return dsq_strmap_get(&g->by_name, name, strlen(name)); }
+
+static dsq_status target(void *user, int layer, int id, dsq_type *type, const float **importance)
+{
+    gcalib *g = user;
+    char name[160];
+    linear_name(g, layer, id, name, sizeof name);
+    *type = DSQ_TYPE_F32;
+    *importance = NULL;
+    int64_t i = plan_index(g, name);
+    if (i < 0 || !g->plan->tensors[i].quantized) return DSQ_OK;
+    *type = g->plan->tensors[i].type_out;
+    if (g->im) DSQ_TRY(dsq_imatrix_for_tensor(g->im, name, g->plan->tensors[i].ne[0], 1, importance));
+    return DSQ_OK;
+}
+
+static dsq_status grow_buf(gcalib *g, uint64_t n)
+{
+    if (n <= g->buf_cap) return DSQ_OK;
+    uint8_t *p = realloc(g->buf, (size_t)n);
+    if (!p) return dsq_fail(DSQ_ERR_NOMEM, "gguf: out of memory for a %llu-byte tensor", (unsigned long long)n);
+    g->buf = p;
+    g->buf_cap = (size_t)n;
+    return DSQ_OK;
+}
+
+static dsq_status write_all(gcalib *g, const void *p, uint64_t n, uint64_t off)
+{
+    const uint8_t *b = p;
+    while (n) {
+        ssize_t k = pwrite(g->fd, b, n > (1u << 30) ? (1u << 30) : (size_t)n, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0)
+            return dsq_fail(DSQ_ERR_IO, "%s: writing the calibrated tensors: %s", g->spill_path,
+                            k < 0 ? strerror(errno) : "no progress");
+        b += k, off += (uint64_t)k, n -= (uint64_t)k;
+    }
+    return DSQ_OK;
+}
+
+static dsq_status read_all(gcalib *g, void *p, uint64_t n, uint64_t off)
+{
+    uint8_t *b = p;
+    while (n) {
+        ssize_t k = pread(g->fd, b, n > (1u << 30) ? (1u << 30) : (size_t)n, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0)
+            return dsq_fail(DSQ_ERR_IO, "%s: reading the calibrated tensors back: %s", g->spill_path,
+                            k < 0 ? strerror(errno) : "file ended early");
+        b += k, off += (uint64_t)k, n -= (uint64_t)k;
+    }
+    return DSQ_OK;
+}
+
+static dsq_status put(void *user, int layer, int id, dsq_type type, const void *bytes, uint64_t nbytes)
+{
+    gcalib *g = user;
+    char name[160];
+    linear_name(g, layer, id, name, sizeof name);
+    int64_t i = plan_index(g, name);
+    if (i < 0) return dsq_fail(DSQ_ERR_FORMAT, "gguf: %s is not in the plan", name);
+    const dsq_gguf_quantize_tensor *t = &g->plan->tensors[i];
+    if (type != t->type_out || nbytes != t->bytes_out)
+        return dsq_fail(DSQ_ERR_FORMAT, "gguf: %s: calibrated as %s (%llu bytes), planned %s (%llu bytes)", name,
+                        dsq_type_name(type), (unsigned long long)nbytes, dsq_type_name(t->type_out),
+                        (unsigned long long)t->bytes_out);
+    const dsq_permute_kind perm = g->m->block->linears[id].perm;
+    if (perm != DSQ_PERMUTE_NONE && !g->rows_gguf) {
+        /* HF row order -> llama.cpp's: whole rows of blocks move */
+        DSQ_TRY(grow_buf(g, nbytes));
+        memcpy(g->buf, bytes, (size_t)nbytes);
+        int64_t rows = t->ne[1];
+        DSQ_TRY(dsq_permute_rows(&g->m->arch, perm, true, g->buf, rows, (size_t)(nbytes / (uint64_t)rows), NULL));
+        bytes = g->buf;
+    }
+    DSQ_TRY(write_all(g, bytes, nbytes, g->spill_end));
+    g->sp[i] = (spilled){g->spill_end, nbytes, type};
+    g->has[i] = true;
+    g->spill_end += nbytes;
+    return DSQ_OK;
+}
+
+static dsq_status provide(void *user, const char *name, dsq_type type, uint64_t nbytes, const void **bytes)
+{
+    gcalib *g = user;
+    *bytes = NULL;
+    int64_t i = plan_index(g, name);
+    if (i < 0 || !g->has[i]) return DSQ_OK;
+    if (g->sp[i].type != type || g->sp[i].nbytes != nbytes)
+        return dsq_fail(DSQ_ERR_FORMAT, "gguf: %s: calibrated as %s (%llu bytes), written as %s (%llu bytes)", name,
+                        dsq_type_name(g->sp[i].type), (unsigned long long)g->sp[i].nbytes, dsq_type_name(type),
+                        (unsigned long long)nbytes);
+    DSQ_TRY(grow_buf(g, nbytes));
+    DSQ_TRY(read_all(g, g->buf, nbytes, g->sp[i].off));
+    *bytes = g->buf;
+    return DSQ_OK;
+}
+
+/* The spill file: in the output's folder (the same disk the result needs),
+ * unlinked at once so that no exit, crash or kill leaves it behind. */
+static dsq_status open_spill(gcalib *g, const char *out)
+{
+    const char *slash = strrchr(out, '/');
+    int n = slash ? snprintf(g->spill_path, sizeof g->spill_path, "%.*s/.dsq-gptq-XXXXXX", (int)(slash - out), out)
+                  : snprintf(g->spill_path, sizeof g->spill_path, ".dsq-gptq-XXXXXX");
+    if (n < 0 || (size_t)n >= sizeof g->spill_path) return dsq_fail(DSQ_ERR_ARG, "%s: path too long", out);
+    g->fd = mkstemp(g->spill_path);
+    if (g->fd < 0) return dsq_fail(DSQ_ERR_IO, "%s: cannot create a scratch file: %s", g->spill_path, strerror(errno));
+    unlink(g->spill_path);
+    return DSQ_OK;
+}
+
+static dsq_status check_tokens(const dsq_model *m, const dsq_calib_set *c)
+{
+    int64_t widest = 0;
+    for (int id = 0; id < m->block->n_linears; id++) {
+        int64_t o, in;
+        dsq_block_linear_shape(m->block, &m->arch, id, &o, &in);
+        if (in > widest) widest = in;
+    }
+    int64_t tokens = (int64_t)c->n_samples * c->seqlen;
+    if (tokens < widest)
+        return dsq_fail(DSQ_ERR_ARG,
+                        "gptq: %lld calibration tokens (%d x %d) are fewer than the widest linear input (%lld): "
+                        "every Hessian would be singular; raise --n-samples or --seqlen",
+                        (long long)tokens, c->n_samples, c->seqlen, (long long)widest);
+    return DSQ_OK;
+}
+
+static dsq_status calibrate(gcalib *g, const char *in, const dsq_gguf_calib_opts *co, dsq_gguf_calib_report *rep)
+{
+    dsq_tokenizer *tok = NULL;
+    DSQ_TRY(dsq_model_open(in, &g->m));
+    DSQ_TRY(dsq_block_require(g->m->block, &g->m->arch, DSQ_BLOCK_CAN_CALIBRATE, in));
+    if (g->m->arch.moe.n_routed > 0)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: gptq into GGUF blocks does not handle MoE experts yet (%s)", in,
+                        g->m->arch.hf_architecture);
+    g->rows_gguf = g->m->ckpt->kind == DSQ_CKPT_GGUF;
+    DSQ_TRY(dsq_tokenizer_load(in, &tok));
+    dsq_status st = dsq_calib_load(&co->calib, tok, &rep->calib);
+    dsq_tokenizer_free(tok);
+    DSQ_TRY(st);
+    DSQ_LOGI("calibration: %d x %d tokens from %s", rep->calib.n_samples, rep->calib.seqlen, rep->calib.path);
+    DSQ_TRY(check_tokens(g->m, &rep->calib));
+    dsq_seq_gguf hooks = {target, put, g};
+    dsq_seq_opts o = dsq_seq_default_opts();
+    o.method = co->method;
+    o.q.bits = 4;
+    o.q.group_size = -1; /* unused: the GGUF types decide; per channel fits every width */
+    o.q.sym = true;
+    o.damp = co->damp;
+    o.act_order = co->act_order;
+    o.bf16 = co->bf16;
+    o.threads = co->threads;
+    o.gguf = &hooks;
+    return dsq_seq_quantize(g->m, &rep->calib, &o, &rep->seq, NULL);
+}
+
+static dsq_status setup(gcalib *g, const char *in, const char *out, const dsq_gguf_quantize_options *gopt,
+                        const dsq_gguf_calib_opts *co, dsq_imatrix **im_owned)
+{
+    if (gopt->provider) return dsq_fail(DSQ_ERR_ARG, "gguf: a provider is already set");
+    if (co->method != &dsq_method_gptq)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "gguf --method %s: only gptq writes GGUF blocks (yet)",
+                        co->method ? co->method->name : "?");
+    if (dsq_exists(out) && !gopt->overwrite)
+        return dsq_fail(DSQ_ERR_EXISTS, "%s: already exists (use --force to replace it)", out);
+    g->im = gopt->imatrix;
+    if (!g->im && gopt->imatrix_file) {
+        DSQ_TRY(dsq_imatrix_load(gopt->imatrix_file, im_owned));
+        g->im = *im_owned;
+    }
+    if (g->im && g->im->n_entries == 0) g->im = NULL;
+    dsq_gguf_quantize_report *plan = NULL;
+    DSQ_TRY(dsq_gguf_quantize_plan(in, gopt, &plan));
+    g->plan = plan;
+    DSQ_TRY(dsq_strmap_reserve(&g->by_name, plan->n_tensors));
+    for (size_t i = 0; i < plan->n_tensors; i++)
+        DSQ_TRY(dsq_strmap_put(&g->by_name, plan->tensors[i].name, strlen(plan->tensors[i].name), (int64_t)i, NULL));
+    g->sp = calloc(plan->n_tensors ? plan->n_tensors : 1, sizeof *g->sp);
+    g->has = calloc(plan->n_tensors ? plan->n_tensors : 1, sizeof *g->has);
+    if (!g->sp || !g->has) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
+    return open_spill(g, out);
+}
+
+dsq_status dsq_gguf_calib_quantize(const char *in, const char *out, const dsq_gguf_quantize_options *gopt,
+                                   const dsq_gguf_calib_opts *co, dsq_gguf_calib_report *rep)
+{
+    memset(rep, 0, sizeof *rep);
+    if (!in || !out || !gopt || !co) return dsq_fail(DSQ_ERR_ARG, "gguf: missing argument");
+    gcalib g = {.fd = -1};
+    dsq_imatrix *im_owned = NULL;
+    dsq_status st = setup(&g, in, out, gopt, co, &im_owned);
+    if (st == DSQ_OK) st = calibrate(&g, in, co, rep);
+    dsq_model_close(g.m); /* the writer maps the input itself */
+    g.m = NULL;
+    if (st == DSQ_OK) {
+        dsq_gguf_provider pv = {provide, &g, co->method->name};
+        dsq_gguf_quantize_options o = *gopt;
+        o.imatrix = g.im;
+        o.provider = &pv;
+        st = dsq_gguf_quantize(in, out, &o, &rep->gguf);
+    }
+    if (g.fd >= 0) close(g.fd);
+    dsq_gguf_quantize_report_free((dsq_gguf_quantize_report *)g.plan);
+    dsq_strmap_free(&g.by_name);
+    dsq_imatrix_free(im_owned);
+    free(g.sp);
+    free(g.has);
+    free(g.buf);
+    if (st != DSQ_OK) dsq_gguf_calib_report_free(rep);
+    return st;
+}
+
+void dsq_gguf_calib_report_free(dsq_gguf_calib_report *rep)
+{
+    if (!rep) return;
+    dsq_calib_free(&rep->calib);
+    dsq_gguf_quantize_report_free(rep->gguf);
+    rep->gguf = NULL;
+}

@@ -1,0 +1,218 @@
+/* `dsquant gguf --method gptq` (calibration/gguf_calib.h) on the default
+ * model (SmolLM2-135M Q4_1 taken to F32; skipped when it is not cached).
+ *
+ * - the file has the plain Q4_K_M file's layout exactly: the same KVs, tensor
+ *   names, types, shapes and byte size; tensors GPTQ does not touch
+ *   (token_embd, norms) are byte-identical to the plain file's; every
+ *   decoder linear is calibrated (210 of them) and differs from plain.
+ * - quality: KL divergence from the F32 model on tinyshakespeare (the
+ *   calibration domain, 4 chunks) below the plain file's.
+ * - the CLI: --json names the method and counts; too few calibration
+ *   tokens for the widest input, --method awq, calibration options without
+ *   --method, an unknown method, an existing output without --force: one
+ *   error line, a non-zero exit, nothing written. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+#include "calibration/gguf_calib.h"
+#include "core/fileio.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "formats/gguf.h"
+#include "formats/gguf_quantize.h"
+#include "tests/helpers/testutil.h"
+
+typedef struct fixture {
+    char *dir, *f32, *calib;
+    char plain[4096], gptq[4096];
+} fixture;
+
+static int setup(void **state)
+{
+    *state = NULL;
+    char *model = dsq_test_default_model();
+    char *calib = dsq_test_shared("datasets/tinyshakespeare.txt.zst");
+    if (!model || !calib) { /* the helpers said which is missing */
+        free(model);
+        free(calib);
+        return 0;
+    }
+    fixture *f = calloc(1, sizeof *f);
+    f->dir = dsq_test_mkdtemp();
+    f->calib = calib;
+    size_t n = strlen(f->dir) + 16;
+    f->f32 = malloc(n);
+    snprintf(f->f32, n, "%s/f32.gguf", f->dir);
+    snprintf(f->plain, sizeof f->plain, "%s/plain.gguf", f->dir);
+    snprintf(f->gptq, sizeof f->gptq, "%s/gptq.gguf", f->dir);
+    dsq_log_set_level(DSQ_LOG_ERROR); /* SmolLM2's 576-wide rows make the mix warn 180 times */
+    dsq_gguf_quantize_options o = dsq_gguf_quantize_defaults(DSQ_FTYPE_ALL_F32);
+    o.allow_requantize = true;
+    dsq_status s = dsq_gguf_quantize(model, f->f32, &o, NULL);
+    free(model);
+    if (s == DSQ_OK) {
+        o = dsq_gguf_quantize_defaults(DSQ_FTYPE_Q4_K_M);
+        s = dsq_gguf_quantize(f->f32, f->plain, &o, NULL);
+    }
+    if (s != DSQ_OK) {
+        fprintf(stderr, "setup: %s\n", dsq_errmsg());
+        return -1;
+    }
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    dsq_log_set_level(DSQ_LOG_INFO);
+    if (!f) return 0;
+    dsq_test_rmtmp(f->dir);
+    free(f->f32);
+    free(f->calib);
+    free(f);
+    return 0;
+}
+
+static dsq_tensor tensor_of(const dsq_gguf *g, const char *name)
+{
+    int64_t i = dsq_gguf_find_tensor(g, name);
+    if (i < 0) fail_msg("%s: no tensor %s", g->path, name);
+    dsq_tensor t;
+    assert_int_equal(dsq_gguf_tensor(g, (uint64_t)i, &t), DSQ_OK);
+    return t;
+}
+
+static void test_layout_and_bytes(void **state)
+{
+    fixture *f = *state;
+    if (!f) DSQ_TEST_SKIP();
+    dsq_gguf_calib_opts co = {.method = &dsq_method_gptq, .calib = {f->calib, 8, 512, 0}, .damp = 0.01};
+    dsq_gguf_quantize_options o = dsq_gguf_quantize_defaults(DSQ_FTYPE_Q4_K_M);
+    dsq_gguf_calib_report rep;
+    if (dsq_gguf_calib_quantize(f->f32, f->gptq, &o, &co, &rep) != DSQ_OK) fail_msg("gptq: %s", dsq_errmsg());
+    assert_int_equal(rep.gguf->n_provided, 210); /* 30 layers x 7 linears */
+    assert_int_equal(rep.seq.n_quantized, 210);
+    assert_true(rep.seq.gptq_loss > 0.0);
+    dsq_gguf_calib_report_free(&rep);
+
+    dsq_gguf *a = NULL, *b = NULL;
+    assert_int_equal(dsq_gguf_open(f->plain, &a), DSQ_OK);
+    assert_int_equal(dsq_gguf_open(f->gptq, &b), DSQ_OK);
+    assert_int_equal(a->map.size, b->map.size);
+    assert_int_equal(a->n_kv, b->n_kv);
+    assert_int_equal(a->data_offset, b->data_offset);
+    assert_memory_equal(a->map.data, b->map.data, a->data_offset); /* KVs and tensor table */
+    int differ = 0, linears = 0;
+    for (uint64_t i = 0; i < a->n_tensors; i++) {
+        const char *name = a->tensors[i].name;
+        dsq_tensor ta = tensor_of(a, name), tb = tensor_of(b, name);
+        assert_int_equal(ta.type, tb.type);
+        assert_int_equal(ta.nbytes, tb.nbytes);
+        bool same = !memcmp(ta.data, tb.data, ta.nbytes);
+        bool linear = !strncmp(name, "blk.", 4) && !strstr(name, "_norm");
+        if (!linear && !same) fail_msg("%s: not a decoder linear, yet it differs from the plain file", name);
+        linears += linear;
+        differ += linear && !same;
+    }
+    assert_int_equal(linears, 210);
+    if (differ < 200) fail_msg("only %d of 210 decoder linears differ from plain quantization", differ);
+    dsq_gguf_close(a);
+    dsq_gguf_close(b);
+}
+
+static double kld_of(const fixture *f, const char *quant)
+{
+    char cmd[16384], err[8192], path[4200];
+    snprintf(path, sizeof path, "%s/kld.json", f->dir);
+    snprintf(cmd, sizeof cmd, "'%s' -q kld '%s' '%s' --data '%s' --chunks 4 --ctx 512 --json > '%s'", DSQ_BINARY,
+             f->f32, quant, f->calib, path);
+    if (dsq_test_run(cmd, err, sizeof err)) fail_msg("kld: %s", err);
+    char *text = NULL;
+    size_t len;
+    assert_int_equal(dsq_read_file(path, 1 << 20, &text, &len), DSQ_OK);
+    cJSON *j = cJSON_Parse(text);
+    assert_non_null(j);
+    double v = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "kld"), "value")->valuedouble;
+    cJSON_Delete(j);
+    free(text);
+    return v;
+}
+
+static void test_quality_in_domain(void **state)
+{
+    fixture *f = *state;
+    if (!f) DSQ_TEST_SKIP();
+    if (!dsq_exists(f->gptq)) fail_msg("test_layout_and_bytes must run first");
+    double plain = kld_of(f, f->plain), gptq = kld_of(f, f->gptq);
+    print_message("KLD on tinyshakespeare (4 x 512): plain Q4_K_M %.5f, gptq %.5f (%.2fx)\n", plain, gptq,
+                  gptq / plain);
+    if (!(gptq < plain)) fail_msg("gptq KLD %g is not below plain %g", gptq, plain);
+}
+
+static void test_cli(void **state)
+{
+    fixture *f = *state;
+    if (!f) DSQ_TEST_SKIP();
+    char cmd[16384], err[8192];
+    char out[4200];
+    snprintf(out, sizeof out, "%s/cli.gguf", f->dir);
+    snprintf(cmd, sizeof cmd,
+             "'%s' -q gguf '%s' -o '%s' --type Q8_0 --method gptq --calib '%s' --n-samples 4 --seqlen 512 "
+             "--act-order --json > '%s/cli.json'",
+             DSQ_BINARY, f->f32, out, f->calib, f->dir);
+    if (dsq_test_run(cmd, err, sizeof err)) fail_msg("cli: %s", err);
+    char path[4200], *text = NULL;
+    size_t len;
+    snprintf(path, sizeof path, "%s/cli.json", f->dir);
+    assert_int_equal(dsq_read_file(path, 1 << 22, &text, &len), DSQ_OK);
+    cJSON *j = cJSON_Parse(text);
+    assert_non_null(j);
+    assert_string_equal(cJSON_GetObjectItem(j, "method")->valuestring, "gptq");
+    assert_int_equal((int)cJSON_GetObjectItem(j, "n_calibrated")->valuedouble, 210);
+    assert_int_equal((int)cJSON_GetObjectItem(j, "n_samples")->valuedouble, 4);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "act_order")));
+    cJSON *t0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "tensors"), 0);
+    assert_non_null(cJSON_GetObjectItem(t0, "calibrated"));
+    cJSON_Delete(j);
+    free(text);
+    int before = dsq_test_count_entries(f->dir);
+
+    /* 2 x 64 tokens are fewer than the 1536-wide down_proj input */
+    snprintf(cmd, sizeof cmd,
+             "'%s' gguf '%s' -o '%s/x.gguf' --type Q4_K_M --method gptq --calib '%s' --n-samples 2 "
+             "--seqlen 64",
+             DSQ_BINARY, f->f32, f->dir, f->calib);
+    assert_int_equal(dsq_test_run(cmd, err, sizeof err), 1);
+    assert_non_null(strstr(err, "fewer than the widest linear input (1536)"));
+    snprintf(cmd, sizeof cmd, "'%s' gguf '%s' -o '%s/x.gguf' --type Q4_K_M --method awq", DSQ_BINARY, f->f32, f->dir);
+    assert_int_equal(dsq_test_run(cmd, err, sizeof err), 1);
+    assert_non_null(strstr(err, "only gptq"));
+    snprintf(cmd, sizeof cmd, "'%s' gguf '%s' -o '%s/x.gguf' --type Q4_K_M --n-samples 8", DSQ_BINARY, f->f32, f->dir);
+    assert_int_equal(dsq_test_run(cmd, err, sizeof err), 2);
+    assert_non_null(strstr(err, "need --method"));
+    snprintf(cmd, sizeof cmd, "'%s' gguf '%s' -o '%s/x.gguf' --type Q4_K_M --method nope", DSQ_BINARY, f->f32, f->dir);
+    assert_int_equal(dsq_test_run(cmd, err, sizeof err), 2);
+    snprintf(cmd, sizeof cmd, "'%s' gguf '%s' -o '%s' --type Q4_K_M --method gptq", DSQ_BINARY, f->f32, out);
+    assert_int_equal(dsq_test_run(cmd, err, sizeof err), 1);
+    assert_non_null(strstr(err, "--force"));
+    assert_int_equal(dsq_test_count_entries(f->dir), before); /* nothing written, no scratch file left */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layout_and_bytes),
+        cmocka_unit_test(test_quality_in_domain),
+        cmocka_unit_test(test_cli),
+    };
+    return DSQ_TEST_RUN_GROUP(tests, setup, teardown);
+}
