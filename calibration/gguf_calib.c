@@ -197,6 +197,7 @@ static dsq_status calibrate(gcalib *g, const char *in, const dsq_gguf_calib_opts
     o.bf16 = co->bf16;
     o.threads = co->threads;
     o.gguf = &hooks;
+    o.max_layers = co->max_layers;
     return dsq_seq_quantize(g->m, &rep->calib, &o, &rep->seq, NULL);
 }
 

@@ -38,6 +38,7 @@ typedef struct dsq_gguf_calib_opts {
     bool act_order;           /* GPTQ: blocks by descending Hessian diagonal */
     bool bf16;                /* calibration passes in BF16 products */
     int threads;              /* <= 0: all */
+    int max_layers;           /* > 0: only layers [0, max_layers) by GPTQ, the rest plain (tests, quick looks) */
 } dsq_gguf_calib_opts;
 
 typedef struct dsq_gguf_calib_report {

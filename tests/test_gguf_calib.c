@@ -30,6 +30,14 @@
 #include "formats/gguf_quantize.h"
 #include "tests/helpers/testutil.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+/* ~10x slower: the sanitizer run checks memory on 2 layers, and skips the quality case */
+#define UNDER_SANITIZER 1
+#else
+#define UNDER_SANITIZER 0
+#endif
+#define N_CALIBRATED (UNDER_SANITIZER ? 14 : 210) /* 7 linears per layer */
+
 typedef struct fixture {
     char *dir, *f32, *calib;
     char plain[4096], gptq[4096];
@@ -95,12 +103,15 @@ static void test_layout_and_bytes(void **state)
 {
     fixture *f = *state;
     if (!f) DSQ_TEST_SKIP();
-    dsq_gguf_calib_opts co = {.method = &dsq_method_gptq, .calib = {f->calib, 8, 512, 0}, .damp = 0.01};
+    dsq_gguf_calib_opts co = {.method = &dsq_method_gptq,
+                              .calib = {f->calib, UNDER_SANITIZER ? 3 : 8, 512, 0},
+                              .damp = 0.01,
+                              .max_layers = UNDER_SANITIZER ? 2 : 0};
     dsq_gguf_quantize_options o = dsq_gguf_quantize_defaults(DSQ_FTYPE_Q4_K_M);
     dsq_gguf_calib_report rep;
     if (dsq_gguf_calib_quantize(f->f32, f->gptq, &o, &co, &rep) != DSQ_OK) fail_msg("gptq: %s", dsq_errmsg());
-    assert_int_equal(rep.gguf->n_provided, 210); /* 30 layers x 7 linears */
-    assert_int_equal(rep.seq.n_quantized, 210);
+    assert_int_equal(rep.gguf->n_provided, N_CALIBRATED);
+    assert_int_equal(rep.seq.n_quantized, N_CALIBRATED);
     assert_true(rep.seq.gptq_loss > 0.0);
     dsq_gguf_calib_report_free(&rep);
 
@@ -118,13 +129,14 @@ static void test_layout_and_bytes(void **state)
         assert_int_equal(ta.type, tb.type);
         assert_int_equal(ta.nbytes, tb.nbytes);
         bool same = !memcmp(ta.data, tb.data, ta.nbytes);
-        bool linear = !strncmp(name, "blk.", 4) && !strstr(name, "_norm");
-        if (!linear && !same) fail_msg("%s: not a decoder linear, yet it differs from the plain file", name);
+        bool linear = !strncmp(name, "blk.", 4) && !strstr(name, "_norm") && atoi(name + 4) * 7 < N_CALIBRATED;
+        if (!linear && !same) fail_msg("%s: not a calibrated linear, yet it differs from the plain file", name);
         linears += linear;
         differ += linear && !same;
     }
-    assert_int_equal(linears, 210);
-    if (differ < 200) fail_msg("only %d of 210 decoder linears differ from plain quantization", differ);
+    assert_int_equal(linears, N_CALIBRATED);
+    if (differ < N_CALIBRATED * 19 / 20)
+        fail_msg("only %d of %d calibrated linears differ from plain quantization", differ, N_CALIBRATED);
     dsq_gguf_close(a);
     dsq_gguf_close(b);
 }
@@ -151,6 +163,7 @@ static void test_quality_in_domain(void **state)
 {
     fixture *f = *state;
     if (!f) DSQ_TEST_SKIP();
+    if (UNDER_SANITIZER) DSQ_TEST_SKIP_ENV("quality under the sanitizer build: two layers only");
     if (!dsq_exists(f->gptq)) fail_msg("test_layout_and_bytes must run first");
     double plain = kld_of(f, f->plain), gptq = kld_of(f, f->gptq);
     print_message("KLD on tinyshakespeare (4 x 512): plain Q4_K_M %.5f, gptq %.5f (%.2fx)\n", plain, gptq,
@@ -165,25 +178,29 @@ static void test_cli(void **state)
     char cmd[16384], err[8192];
     char out[4200];
     snprintf(out, sizeof out, "%s/cli.gguf", f->dir);
-    snprintf(cmd, sizeof cmd,
-             "'%s' -q gguf '%s' -o '%s' --type Q8_0 --method gptq --calib '%s' --n-samples 4 --seqlen 512 "
-             "--act-order --json > '%s/cli.json'",
-             DSQ_BINARY, f->f32, out, f->calib, f->dir);
-    if (dsq_test_run(cmd, err, sizeof err)) fail_msg("cli: %s", err);
-    char path[4200], *text = NULL;
-    size_t len;
-    snprintf(path, sizeof path, "%s/cli.json", f->dir);
-    assert_int_equal(dsq_read_file(path, 1 << 22, &text, &len), DSQ_OK);
-    cJSON *j = cJSON_Parse(text);
-    assert_non_null(j);
-    assert_string_equal(cJSON_GetObjectItem(j, "method")->valuestring, "gptq");
-    assert_int_equal((int)cJSON_GetObjectItem(j, "n_calibrated")->valuedouble, 210);
-    assert_int_equal((int)cJSON_GetObjectItem(j, "n_samples")->valuedouble, 4);
-    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "act_order")));
-    cJSON *t0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "tensors"), 0);
-    assert_non_null(cJSON_GetObjectItem(t0, "calibrated"));
-    cJSON_Delete(j);
-    free(text);
+    if (UNDER_SANITIZER)
+        snprintf(out, sizeof out, "%s", f->gptq); /* the whole model takes too long: errors only */
+    else {
+        snprintf(cmd, sizeof cmd,
+                 "'%s' -q gguf '%s' -o '%s' --type Q8_0 --method gptq --calib '%s' --n-samples 4 --seqlen 512 "
+                 "--act-order --json > '%s/cli.json'",
+                 DSQ_BINARY, f->f32, out, f->calib, f->dir);
+        if (dsq_test_run(cmd, err, sizeof err)) fail_msg("cli: %s", err);
+        char path[4200], *text = NULL;
+        size_t len;
+        snprintf(path, sizeof path, "%s/cli.json", f->dir);
+        assert_int_equal(dsq_read_file(path, 1 << 22, &text, &len), DSQ_OK);
+        cJSON *j = cJSON_Parse(text);
+        assert_non_null(j);
+        assert_string_equal(cJSON_GetObjectItem(j, "method")->valuestring, "gptq");
+        assert_int_equal((int)cJSON_GetObjectItem(j, "n_calibrated")->valuedouble, 210);
+        assert_int_equal((int)cJSON_GetObjectItem(j, "n_samples")->valuedouble, 4);
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "act_order")));
+        cJSON *t0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "tensors"), 0);
+        assert_non_null(cJSON_GetObjectItem(t0, "calibrated"));
+        cJSON_Delete(j);
+        free(text);
+    }
     int before = dsq_test_count_entries(f->dir);
 
     /* 2 x 64 tokens are fewer than the 1536-wide down_proj input */
