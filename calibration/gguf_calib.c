@@ -68,29 +68,17 @@ static dsq_status grow_buf(gcalib *g, uint64_t n)
     return DSQ_OK;
 }
 
-static dsq_status write_all(gcalib *g, const void *p, uint64_t n, uint64_t off)
-{
-    const uint8_t *b = p;
-    while (n) {
-        ssize_t k = pwrite(g->fd, b, n > (1u << 30) ? (1u << 30) : (size_t)n, (off_t)off);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0)
-            return dsq_fail(DSQ_ERR_IO, "%s: writing the calibrated tensors: %s", g->spill_path,
-                            k < 0 ? strerror(errno) : "no progress");
-        b += k, off += (uint64_t)k, n -= (uint64_t)k;
-    }
-    return DSQ_OK;
-}
-
-static dsq_status read_all(gcalib *g, void *p, uint64_t n, uint64_t off)
+/* n bytes at off of the spill file, written from p or read into it. */
+static dsq_status spill_io(gcalib *g, bool write, void *p, uint64_t n, uint64_t off)
 {
     uint8_t *b = p;
     while (n) {
-        ssize_t k = pread(g->fd, b, n > (1u << 30) ? (1u << 30) : (size_t)n, (off_t)off);
+        size_t len = n > (1u << 30) ? (1u << 30) : (size_t)n;
+        ssize_t k = write ? pwrite(g->fd, b, len, (off_t)off) : pread(g->fd, b, len, (off_t)off);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0)
-            return dsq_fail(DSQ_ERR_IO, "%s: reading the calibrated tensors back: %s", g->spill_path,
-                            k < 0 ? strerror(errno) : "file ended early");
+            return dsq_fail(DSQ_ERR_IO, "%s: %s the calibrated tensors: %s", g->spill_path,
+                            write ? "writing" : "reading back", k < 0 ? strerror(errno) : "no progress");
         b += k, off += (uint64_t)k, n -= (uint64_t)k;
     }
     return DSQ_OK;
@@ -117,7 +105,7 @@ static dsq_status put(void *user, int layer, int id, dsq_type type, const void *
         DSQ_TRY(dsq_permute_rows(&g->m->arch, perm, true, g->buf, rows, (size_t)(nbytes / (uint64_t)rows), NULL));
         bytes = g->buf;
     }
-    DSQ_TRY(write_all(g, bytes, nbytes, g->spill_end));
+    DSQ_TRY(spill_io(g, true, (void *)bytes, nbytes, g->spill_end));
     g->sp[i] = (spilled){g->spill_end, nbytes, type};
     g->has[i] = true;
     g->spill_end += nbytes;
@@ -135,7 +123,7 @@ static dsq_status provide(void *user, const char *name, dsq_type type, uint64_t 
                         dsq_type_name(g->sp[i].type), (unsigned long long)g->sp[i].nbytes, dsq_type_name(type),
                         (unsigned long long)nbytes);
     DSQ_TRY(grow_buf(g, nbytes));
-    DSQ_TRY(read_all(g, g->buf, nbytes, g->sp[i].off));
+    DSQ_TRY(spill_io(g, false, g->buf, nbytes, g->sp[i].off));
     *bytes = g->buf;
     return DSQ_OK;
 }

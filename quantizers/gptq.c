@@ -463,14 +463,9 @@ dsq_status dsq_gptq_check_inputs(const float *w, int64_t rows, int64_t cols, con
 }
 
 /* Act-order: processing order by descending diag, ties by column index. */
-typedef struct diag_key {
-    double d;
-    int64_t i;
-} diag_key;
-
-static int cmp_desc_diag(const void *pa, const void *pb)
+int dsq_gptq_key_cmp(const void *pa, const void *pb)
 {
-    const diag_key *a = pa, *b = pb;
+    const dsq_gptq_key *a = pa, *b = pb;
     if (a->d != b->d) return a->d > b->d ? -1 : 1;
     return a->i < b->i ? -1 : a->i > b->i;
 }
@@ -574,7 +569,7 @@ dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, const d
     const bool static_groups = o->static_groups && !per_channel;
     int64_t *perm = malloc((size_t)cols * sizeof *perm);
     uint8_t *dead = malloc((size_t)cols);
-    diag_key *diag = malloc((size_t)cols * sizeof *diag);
+    dsq_gptq_key *diag = malloc((size_t)cols * sizeof *diag);
     float *U = (float *)dsq_gptq_alloc_square(cols, sizeof(float));
     if (!perm || !dead || !diag || !U) {
         st = dsq_fail(DSQ_ERR_NOMEM, "gptq: layer %s: out of memory", name);
@@ -584,9 +579,9 @@ dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, const d
         double d = H[i * cols + i];
         dead[i] = d == 0.0;
         rep.n_dead += dead[i];
-        diag[i] = (diag_key){dead[i] ? 1.0 : d, i};
+        diag[i] = (dsq_gptq_key){dead[i] ? 1.0 : d, i};
     }
-    if (o->act_order) qsort(diag, (size_t)cols, sizeof *diag, cmp_desc_diag);
+    if (o->act_order) qsort(diag, (size_t)cols, sizeof *diag, dsq_gptq_key_cmp);
     for (int64_t i = 0; i < cols; i++) perm[i] = diag[i].i;
     st = dsq_gptq_factor(H, perm, dead, cols, o, name, U, &rep);
     if (st != DSQ_OK) goto done;

@@ -134,32 +134,20 @@ static dsq_status run_rows(const bctx *c, double *loss_out)
     return DSQ_OK;
 }
 
-typedef struct block_key {
-    double d;
-    int64_t b;
-} block_key;
-
-static int cmp_block_desc(const void *pa, const void *pb)
-{
-    const block_key *a = pa, *b = pb;
-    if (a->d != b->d) return a->d > b->d ? -1 : 1;
-    return a->b < b->b ? -1 : a->b > b->b;
-}
-
 /* Processing order: blocks in column order, or by descending summed diagonal. */
 static dsq_status block_order(const double *H, int64_t cols, int64_t qk, bool act_order, int64_t *perm)
 {
     const int64_t nb = cols / qk;
-    block_key *k = malloc((size_t)nb * sizeof *k);
+    dsq_gptq_key *k = malloc((size_t)nb * sizeof *k);
     if (!k) return dsq_fail(DSQ_ERR_NOMEM, "gptq: out of memory");
     for (int64_t b = 0; b < nb; b++) {
         double s = 0.0;
         for (int64_t i = b * qk; i < (b + 1) * qk; i++) s += H[i * cols + i];
-        k[b] = (block_key){s, b};
+        k[b] = (dsq_gptq_key){s, b};
     }
-    if (act_order) qsort(k, (size_t)nb, sizeof *k, cmp_block_desc);
+    if (act_order) qsort(k, (size_t)nb, sizeof *k, dsq_gptq_key_cmp);
     for (int64_t p = 0; p < nb; p++)
-        for (int64_t i = 0; i < qk; i++) perm[p * qk + i] = k[p].b * qk + i;
+        for (int64_t i = 0; i < qk; i++) perm[p * qk + i] = k[p].i * qk + i;
     free(k);
     return DSQ_OK;
 }

@@ -9,6 +9,14 @@
 #include "core/status.h"
 #include "quantizers/gptq.h"
 
+/* Act-order keys: a column's (or a block's) Hessian diagonal and its index;
+ * qsort with dsq_gptq_key_cmp gives descending d, ties by ascending index. */
+typedef struct dsq_gptq_key {
+    double d;
+    int64_t i;
+} dsq_gptq_key;
+int dsq_gptq_key_cmp(const void *a, const void *b);
+
 /* An n x n matrix of elem-byte entries from the big-buffer allocator, NULL
  * when the size overflows or memory runs out. */
 double *dsq_gptq_alloc_square(int64_t n, size_t elem);
