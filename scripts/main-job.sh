@@ -55,6 +55,9 @@ step awq "$DSQ" awq "$OUT/base-hf" -o "$OUT/awq-w4g64" "${CAL[@]}" --n-samples "
   --force --json
 step gptq "$DSQ" gptq "$OUT/base-hf" -o "$OUT/gptq-w4g64" "${CAL[@]}" --n-samples "$SAMPLES" --force --json
 step q4km "$DSQ" gguf "$OUT/base-hf" -o "$OUT/q4_k_m.gguf" --type Q4_K_M "${T[@]}" --force --json
+# The same Q4_K_M file layout with the decoder linears by GPTQ into their blocks.
+step q4km-gptq "$DSQ" gguf "$OUT/base-hf" -o "$OUT/q4_k_m-gptq.gguf" --type Q4_K_M --method gptq \
+  --calib tinyshakespeare --seqlen 512 --n-samples "$SAMPLES" "${T[@]}" --force --json
 # 8-bit: SmoothQuant W8A8 (family alpha, RTN weights, per-token INT8 activations) and FP8
 # dynamic (no data), both compressed-tensors folders vLLM serves.
 step w8a8 "$DSQ" smoothquant "$OUT/base-hf" -o "$OUT/w8a8-sq" --calib tinyshakespeare --seqlen 512 \
@@ -65,7 +68,7 @@ step fp8 "$DSQ" fp8 "$OUT/base-hf" -o "$OUT/fp8-dynamic" --scheme dynamic "${T[@
 EV=(--data wikitext2 --ctx 512 --chunks "$CHUNKS" "${T[@]}")
 step ppl-base "$DSQ" ppl "$OUT/base-hf" "${EV[@]}" --json
 step logits "$DSQ" kld "$OUT/base-hf" "${EV[@]}" --save-logits "$OUT/base.logits" --force --json
-for a in awq-w4g64 gptq-w4g64 q4_k_m.gguf w8a8-sq fp8-dynamic; do
+for a in awq-w4g64 gptq-w4g64 q4_k_m.gguf q4_k_m-gptq.gguf w8a8-sq fp8-dynamic; do
   step "kld-$a" "$DSQ" kld --logits "$OUT/base.logits" "$OUT/$a" "${EV[@]}" --json
 done
 
@@ -85,7 +88,8 @@ mib() { du -sm "$1" | cut -f1; }
 base_ppl=$(num ppl-base ppl)
 printf '\n%-22s %9s %10s %10s %9s %10s\n' artifact "size MiB" "quant s" "PPL" "dPPL %" "mean KLD"
 printf '%-22s %9s %10s %10s %9s %10s\n' "base (F32 HF)" "$(mib "$OUT/base-hf")" - "$(printf %.4f "$base_ppl")" - -
-for row in "awq-w4g64 awq" "gptq-w4g64 gptq" "q4_k_m.gguf q4km" "w8a8-sq w8a8" "fp8-dynamic fp8"; do
+for row in "awq-w4g64 awq" "gptq-w4g64 gptq" "q4_k_m.gguf q4km" "q4_k_m-gptq.gguf q4km-gptq" "w8a8-sq w8a8" \
+  "fp8-dynamic fp8"; do
   set -- $row
   ppl=$(num "kld-$1" ppl)
   kld=$(num "kld-$1" kld)
@@ -95,6 +99,6 @@ for row in "awq-w4g64 awq" "gptq-w4g64 gptq" "q4_k_m.gguf q4km" "w8a8-sq w8a8" "
 done
 echo
 echo "WikiText-2 (wiki.test.raw), $CHUNKS chunks of 512 tokens, llama-perplexity's protocol;"
-echo "calibration: tinyshakespeare, AWQ $AWQ_SAMPLES x 512 tokens (loss on 2), GPTQ $SAMPLES x 512,"
+echo "calibration: tinyshakespeare, AWQ $AWQ_SAMPLES x 512 tokens (loss on 2), GPTQ (INT4 and Q4_K_M) $SAMPLES x 512,"
 echo "SmoothQuant $AWQ_SAMPLES x 512; FP8 dynamic needs none."
 echo "Artifacts, JSON summaries and the log in $OUT."

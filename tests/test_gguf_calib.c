@@ -7,10 +7,13 @@
  *   decoder linear is calibrated (210 of them) and differs from plain.
  * - quality: KL divergence from the F32 model on tinyshakespeare (the
  *   calibration domain, 4 chunks) below the plain file's.
+ * - a HF folder's Q/K rows reach the file in llama.cpp's order: layer 0 by
+ *   GPTQ from the folder and from the GGUF hold nearly the same values.
  * - the CLI: --json names the method and counts; too few calibration
  *   tokens for the widest input, --method awq, calibration options without
  *   --method, an unknown method, an existing output without --force: one
  *   error line, a non-zero exit, nothing written. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,8 +29,10 @@
 #include "core/fileio.h"
 #include "core/log.h"
 #include "core/status.h"
+#include "formats/convert.h"
 #include "formats/gguf.h"
 #include "formats/gguf_quantize.h"
+#include "quantizers/qtypes.h"
 #include "tests/helpers/testutil.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -141,6 +146,59 @@ static void test_layout_and_bytes(void **state)
     dsq_gguf_close(b);
 }
 
+/* Values of tensor name of a GGUF file, dequantized (caller frees). */
+static float *values_of(const char *path, const char *name, int64_t *n)
+{
+    dsq_gguf *g = NULL;
+    assert_int_equal(dsq_gguf_open(path, &g), DSQ_OK);
+    dsq_tensor t = tensor_of(g, name);
+    *n = (int64_t)dsq_tensor_nelems(&t);
+    const int64_t row = t.shape[t.n_dims - 1]; /* shapes are outermost first */
+    float *v = malloc((size_t)*n * sizeof *v);
+    assert_int_equal(dsq_dequantize(t.type, t.data, v, *n / row, row), DSQ_OK);
+    dsq_gguf_close(g);
+    return v;
+}
+
+/* A HF folder holds Q and K rows in HF order: the bytes must reach the file
+ * in llama.cpp's permuted order. Layer 0 by GPTQ from the folder and from the
+ * F32 GGUF must then hold nearly the same values (the calibration passes
+ * differ only in rounding); rows in the wrong order would differ by about
+ * the weights' own size. */
+static void test_hf_input_rows(void **state)
+{
+    fixture *f = *state;
+    if (!f) DSQ_TEST_SKIP();
+    char hf[4200], a[4200], b[4200];
+    snprintf(hf, sizeof hf, "%s/hf", f->dir);
+    snprintf(a, sizeof a, "%s/l0-gguf.gguf", f->dir);
+    snprintf(b, sizeof b, "%s/l0-hf.gguf", f->dir);
+    assert_int_equal(dsq_convert_gguf_to_hf(f->f32, hf, DSQ_CONVERT_F32, false, 0), DSQ_OK);
+    dsq_gguf_calib_opts co = {
+        .method = &dsq_method_gptq, .calib = {f->calib, 3, 512, 0}, .damp = 0.01, .max_layers = 1};
+    dsq_gguf_quantize_options o = dsq_gguf_quantize_defaults(DSQ_FTYPE_Q4_K_M);
+    const char *in[2] = {f->f32, hf}, *out[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        dsq_gguf_calib_report rep;
+        if (dsq_gguf_calib_quantize(in[i], out[i], &o, &co, &rep) != DSQ_OK) fail_msg("%s: %s", in[i], dsq_errmsg());
+        assert_int_equal(rep.gguf->n_provided, 7);
+        dsq_gguf_calib_report_free(&rep);
+    }
+    static const char *const names[] = {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"};
+    for (int k = 0; k < 3; k++) {
+        int64_t n1, n2;
+        float *x = values_of(a, names[k], &n1), *y = values_of(b, names[k], &n2);
+        assert_int_equal(n1, n2);
+        double d2 = 0, w2 = 0;
+        for (int64_t i = 0; i < n1; i++) d2 += (double)(x[i] - y[i]) * (x[i] - y[i]), w2 += (double)x[i] * x[i];
+        print_message("%s: HF vs GGUF input, relative difference %.4f\n", names[k], sqrt(d2 / w2));
+        if (!(sqrt(d2 / w2) < 0.1))
+            fail_msg("%s: from the HF folder %.3f away from the GGUF input's", names[k], sqrt(d2 / w2));
+        free(x);
+        free(y);
+    }
+}
+
 static double kld_of(const fixture *f, const char *quant)
 {
     char cmd[16384], err[8192], path[4200];
@@ -230,6 +288,7 @@ int main(void)
         cmocka_unit_test(test_layout_and_bytes),
         cmocka_unit_test(test_quality_in_domain),
         cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_hf_input_rows),
     };
     return DSQ_TEST_RUN_GROUP(tests, setup, teardown);
 }
