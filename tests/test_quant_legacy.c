@@ -450,7 +450,8 @@ static void check_dot(const dcase *dc, int64_t n, uint64_t *seed, int kind)
 {
     /* direct references: they also make the static link pull in quantizers/kquants.c,
      * which the table in qtypes.c only names weakly */
-    static const dsq_qtype q8k = {DSQ_TYPE_Q8_K, dsq_quantize_row_q8_K, dsq_dequantize_row_q8_K, NULL, DSQ_TYPE_Q8_K, false};
+    static const dsq_qtype q8k = {DSQ_TYPE_Q8_K, dsq_quantize_row_q8_K, dsq_dequantize_row_q8_K, NULL, DSQ_TYPE_Q8_K,
+                                  false,         NULL};
     const dsq_qtype *wt = dsq_qtype_get(dc->wtype);
     const dsq_qtype *at = dc->atype == DSQ_TYPE_Q8_K ? &q8k : dsq_qtype_get(dc->atype);
     assert_non_null(wt);
