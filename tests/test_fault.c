@@ -142,6 +142,8 @@ static const writer_case g_writers[] = {
     {"w-hf", "convert %1$s -o %4$s"},
     {"w.gguf", "convert %2$s -o %4$s"},
     {"w-q8.gguf", "gguf %1$s -o %4$s --type Q8_0"},
+    /* GPTQ into blocks: the spill file's writes and the file's, on the same disk */
+    {"w-gptq.gguf", "gguf %1$s -o %4$s --type Q8_0 --method gptq --calib %3$s --n-samples 4 --seqlen 32"},
     {"w-awq", "rtn %2$s -o %4$s --format awq --zero-point --group 32"},
     {"w.logits", "kld %1$s --data %3$s --save-logits %4$s --ctx 32"},
     {"w.imatrix", "imatrix %1$s --data %3$s -o %4$s --ctx 32"},
