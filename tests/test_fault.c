@@ -2,7 +2,7 @@
  * preloaded into dsquant), on a tiny two-layer Llama made here:
  *
  * - a disk that fills up during every writer (GGUF from convert and from
- *   the quantizer, a safetensors Hugging Face folder, an INT artifact
+ *   the quantizer and from GPTQ into blocks, a safetensors Hugging Face folder, an INT artifact
  *   folder, KLD base logits, an importance matrix): at byte limits spread
  *   over each output's size the command exits 1 with one line naming the
  *   output and ENOSPC, and leaves neither the output nor a temporary; at
