@@ -9,7 +9,8 @@
  *   calibration domain, 4 chunks) below the plain file's.
  * - a HF folder's Q/K rows reach the file in llama.cpp's order: layer 0 by
  *   GPTQ from the folder and from the GGUF hold nearly the same values.
- * - the CLI: --json names the method and counts; too few calibration
+ * - the CLI (which made the file, with --act-order): --json names the method,
+ *   the windows and the calibrated tensors; too few calibration
  *   tokens for the widest input, --method awq, calibration options without
  *   --method, an unknown method, an existing output without --force: one
  *   error line, a non-zero exit, nothing written. */
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 #include <cmocka.h>
@@ -104,21 +106,60 @@ static dsq_tensor tensor_of(const dsq_gguf *g, const char *name)
     return t;
 }
 
+/* The CLI's --json summary of the GPTQ run. */
+static void check_summary(const fixture *f, const char *json)
+{
+    char *text = NULL;
+    size_t len;
+    (void)f;
+    assert_int_equal(dsq_read_file(json, 1 << 22, &text, &len), DSQ_OK);
+    cJSON *j = cJSON_Parse(text);
+    assert_non_null(j);
+    assert_string_equal(cJSON_GetObjectItem(j, "method")->valuestring, "gptq");
+    assert_int_equal((int)cJSON_GetObjectItem(j, "n_calibrated")->valuedouble, N_CALIBRATED);
+    assert_int_equal((int)cJSON_GetObjectItem(j, "n_samples")->valuedouble, 8);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "act_order")));
+    assert_true(cJSON_GetObjectItem(j, "gptq_loss")->valuedouble > 0.0);
+    cJSON *tensors = cJSON_GetObjectItem(j, "tensors");
+    int calibrated = 0;
+    for (int i = 0; i < cJSON_GetArraySize(tensors); i++)
+        calibrated += cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(tensors, i), "calibrated"));
+    assert_int_equal(calibrated, N_CALIBRATED);
+    cJSON_Delete(j);
+    free(text);
+}
+
+/* The GPTQ file: by the CLI (whole model), or under the sanitizer by the
+ * library on two layers (the CLI has no layer limit). */
+static void make_gptq(fixture *f)
+{
+    if (UNDER_SANITIZER) {
+        dsq_gguf_calib_opts co = {
+            .method = &dsq_method_gptq, .calib = {f->calib, 3, 512, 0}, .damp = 0.01, .max_layers = 2};
+        dsq_gguf_quantize_options o = dsq_gguf_quantize_defaults(DSQ_FTYPE_Q4_K_M);
+        dsq_gguf_calib_report rep;
+        if (dsq_gguf_calib_quantize(f->f32, f->gptq, &o, &co, &rep) != DSQ_OK) fail_msg("gptq: %s", dsq_errmsg());
+        assert_int_equal(rep.gguf->n_provided, N_CALIBRATED);
+        assert_int_equal(rep.seq.n_quantized, N_CALIBRATED);
+        dsq_gguf_calib_report_free(&rep);
+        return;
+    }
+    char cmd[16384], err[8192], json[4200];
+    snprintf(json, sizeof json, "%s/gptq.json", f->dir);
+    snprintf(cmd, sizeof cmd,
+             "'%s' -q gguf '%s' -o '%s' --type Q4_K_M --method gptq --calib '%s' --n-samples 8 --seqlen 512 "
+             "--act-order --json > '%s'",
+             DSQ_BINARY, f->f32, f->gptq, f->calib, json);
+    if (dsq_test_run(cmd, err, sizeof err)) fail_msg("gptq: %s", err);
+    check_summary(f, json);
+    unlink(json);
+}
+
 static void test_layout_and_bytes(void **state)
 {
     fixture *f = *state;
     if (!f) DSQ_TEST_SKIP();
-    dsq_gguf_calib_opts co = {.method = &dsq_method_gptq,
-                              .calib = {f->calib, UNDER_SANITIZER ? 3 : 8, 512, 0},
-                              .damp = 0.01,
-                              .max_layers = UNDER_SANITIZER ? 2 : 0};
-    dsq_gguf_quantize_options o = dsq_gguf_quantize_defaults(DSQ_FTYPE_Q4_K_M);
-    dsq_gguf_calib_report rep;
-    if (dsq_gguf_calib_quantize(f->f32, f->gptq, &o, &co, &rep) != DSQ_OK) fail_msg("gptq: %s", dsq_errmsg());
-    assert_int_equal(rep.gguf->n_provided, N_CALIBRATED);
-    assert_int_equal(rep.seq.n_quantized, N_CALIBRATED);
-    assert_true(rep.seq.gptq_loss > 0.0);
-    dsq_gguf_calib_report_free(&rep);
+    make_gptq(f);
 
     dsq_gguf *a = NULL, *b = NULL;
     assert_int_equal(dsq_gguf_open(f->plain, &a), DSQ_OK);
@@ -235,30 +276,7 @@ static void test_cli(void **state)
     if (!f) DSQ_TEST_SKIP();
     char cmd[16384], err[8192];
     char out[4200];
-    snprintf(out, sizeof out, "%s/cli.gguf", f->dir);
-    if (UNDER_SANITIZER)
-        snprintf(out, sizeof out, "%s", f->gptq); /* the whole model takes too long: errors only */
-    else {
-        snprintf(cmd, sizeof cmd,
-                 "'%s' -q gguf '%s' -o '%s' --type Q8_0 --method gptq --calib '%s' --n-samples 4 --seqlen 512 "
-                 "--act-order --json > '%s/cli.json'",
-                 DSQ_BINARY, f->f32, out, f->calib, f->dir);
-        if (dsq_test_run(cmd, err, sizeof err)) fail_msg("cli: %s", err);
-        char path[4200], *text = NULL;
-        size_t len;
-        snprintf(path, sizeof path, "%s/cli.json", f->dir);
-        assert_int_equal(dsq_read_file(path, 1 << 22, &text, &len), DSQ_OK);
-        cJSON *j = cJSON_Parse(text);
-        assert_non_null(j);
-        assert_string_equal(cJSON_GetObjectItem(j, "method")->valuestring, "gptq");
-        assert_int_equal((int)cJSON_GetObjectItem(j, "n_calibrated")->valuedouble, 210);
-        assert_int_equal((int)cJSON_GetObjectItem(j, "n_samples")->valuedouble, 4);
-        assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "act_order")));
-        cJSON *t0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "tensors"), 0);
-        assert_non_null(cJSON_GetObjectItem(t0, "calibrated"));
-        cJSON_Delete(j);
-        free(text);
-    }
+    snprintf(out, sizeof out, "%s", f->gptq); /* exists: made by test_layout_and_bytes */
     int before = dsq_test_count_entries(f->dir);
 
     /* 2 x 64 tokens are fewer than the 1536-wide down_proj input */
