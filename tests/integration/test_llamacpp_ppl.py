@@ -3,7 +3,7 @@
 Models, all made from the same weights: the default model (SmolLM2-135M Q4_1)
 taken to F32 with `dsquant gguf --type F32 --allow-requantize`, and Q8_0 and
 Q4_K_M quantized from that F32 file with `dsquant gguf`, and Q4_K_M by GPTQ
-into the same blocks (`dsquant gguf --method gptq`, 8 x 512 tokens of
+into the same blocks (`dsquant gguf --method gptq`, 4 x 512 tokens of
 tinyshakespeare): llama.cpp must load it and agree with us on it as on the
 plain file (compared with --llamacpp-act only, the same arithmetic).
 
@@ -177,7 +177,7 @@ def main():
             dsquant("gguf", models["F32"], "-o", models[t], "--type", t)
         models[GPTQ] = os.path.join(work, "Q4_K_M-gptq.gguf")
         dsquant("gguf", models["F32"], "-o", models[GPTQ], "--type", "Q4_K_M", "--method", "gptq", "--calib",
-                calib_text(), "--n-samples", "8", "--seqlen", "512")
+                calib_text(), "--n-samples", "4", "--seqlen", "512")
         print(f"models made in {time.time() - t_start:.1f} s")
         ids, add_bos, bos = compare_tokens(models["F32"], wiki, k, problems)
 
