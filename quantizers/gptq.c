@@ -349,6 +349,7 @@ typedef struct gptq_ctx {
     const dsq_intq_params *qp;
     int bs;
     dsq_intq *out;
+    bool static_groups;
 } gptq_ctx;
 
 /* One row's weight in processing order with dead columns zeroed; per-channel
@@ -522,27 +523,32 @@ dsq_status dsq_gptq_factor(const double *H, const int64_t *perm, const uint8_t *
     return DSQ_OK;
 }
 
-static dsq_status run_rows(const gptq_ctx *c, bool static_groups, double *loss_out)
+dsq_status dsq_gptq_run_tiles(int64_t rows, int64_t tile_rows, size_t tile_floats, dsq_gptq_tile_fn fn,
+                              const void *ctx, double *loss_out)
 {
-    const int64_t n = c->cols, bs = c->bs;
-    const size_t per_tile = (size_t)(ROW_TILE * n + bs + ROW_TILE * bs + c->out->group_size);
     double loss = 0.0;
     int oom = 0;
 #pragma omp parallel reduction(+ : loss) reduction(| : oom)
     {
-        float *buf = malloc(per_tile * sizeof(float));
+        float *buf = malloc(tile_floats * sizeof(float));
         if (!buf) oom = 1;
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t r0 = 0; r0 < c->rows; r0 += ROW_TILE) {
+        for (int64_t r0 = 0; r0 < rows; r0 += tile_rows) {
             if (!buf) continue;
-            int64_t nr = c->rows - r0 < ROW_TILE ? c->rows - r0 : ROW_TILE;
-            loss += run_tile(c, r0, nr, buf, static_groups);
+            int64_t nr = rows - r0 < tile_rows ? rows - r0 : tile_rows;
+            loss += fn(ctx, r0, nr, buf);
         }
         free(buf);
     }
     if (oom) return dsq_fail(DSQ_ERR_NOMEM, "gptq: out of memory for row buffers");
     *loss_out = loss;
     return DSQ_OK;
+}
+
+static double tile_fn(const void *ctx, int64_t r0, int64_t nr, float *buf)
+{
+    const gptq_ctx *c = ctx;
+    return run_tile(c, r0, nr, buf, c->static_groups);
 }
 
 dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, const double *H, const dsq_gptq_opts *o,
@@ -585,8 +591,9 @@ dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, const d
     for (int64_t i = 0; i < cols; i++) perm[i] = diag[i].i;
     st = dsq_gptq_factor(H, perm, dead, cols, o, name, U, &rep);
     if (st != DSQ_OK) goto done;
-    gptq_ctx ctx = {w, rows, cols, U, perm, dead, &o->q, o->block_size ? o->block_size : 128, out};
-    st = run_rows(&ctx, static_groups, &rep.loss);
+    gptq_ctx ctx = {w, rows, cols, U, perm, dead, &o->q, o->block_size ? o->block_size : 128, out, static_groups};
+    const size_t per_tile = (size_t)(ROW_TILE * cols + ctx.bs + ROW_TILE * ctx.bs + out->group_size);
+    st = dsq_gptq_run_tiles(rows, ROW_TILE, per_tile, tile_fn, &ctx, &rep.loss);
     if (st != DSQ_OK) goto done;
     st = dsq_intq_validate(out);
     if (st != DSQ_OK || !isfinite(rep.loss)) {

@@ -112,26 +112,9 @@ static double run_tile(const bctx *c, int64_t r0, int64_t nr, float *buf)
     return loss;
 }
 
-static dsq_status run_rows(const bctx *c, double *loss_out)
+static double tile_fn(const void *ctx, int64_t r0, int64_t nr, float *buf)
 {
-    const size_t per_tile = (size_t)(ROW_TILE * c->cols + c->bs + ROW_TILE * c->bs + c->qk);
-    double loss = 0.0;
-    int oom = 0;
-#pragma omp parallel reduction(+ : loss) reduction(| : oom)
-    {
-        float *buf = malloc(per_tile * sizeof(float));
-        if (!buf) oom = 1;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t r0 = 0; r0 < c->rows; r0 += ROW_TILE) {
-            if (!buf) continue;
-            int64_t nr = c->rows - r0 < ROW_TILE ? c->rows - r0 : ROW_TILE;
-            loss += run_tile(c, r0, nr, buf);
-        }
-        free(buf);
-    }
-    if (oom) return dsq_fail(DSQ_ERR_NOMEM, "gptq: out of memory for row buffers");
-    *loss_out = loss;
-    return DSQ_OK;
+    return run_tile(ctx, r0, nr, buf);
 }
 
 /* Processing order: blocks in column order, or by descending summed diagonal. */
@@ -212,7 +195,8 @@ dsq_status dsq_gptq_blocks_quantize(const float *w, int64_t rows, int64_t cols, 
               (size_t)(cols / qk) * ti->block_bytes,
               out,
               dsq_block_codes_supported(o->type)};
-    st = run_rows(&c, &rep.loss);
+    const size_t per_tile = (size_t)(ROW_TILE * cols + bs + ROW_TILE * bs + qk);
+    st = dsq_gptq_run_tiles(rows, ROW_TILE, per_tile, tile_fn, &c, &rep.loss);
     if (st == DSQ_OK && !isfinite(rep.loss))
         st = dsq_fail(DSQ_ERR_NUMERIC, "gptq: tensor %s: the updates did not stay finite (loss %g)", name, rep.loss);
     if (st == DSQ_OK && report) *report = rep;

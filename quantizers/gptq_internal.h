@@ -17,6 +17,14 @@ typedef struct dsq_gptq_key {
 } dsq_gptq_key;
 int dsq_gptq_key_cmp(const void *a, const void *b);
 
+/* Runs fn over the rows in tiles of tile_rows (the last one shorter) on the
+ * OpenMP team, each thread with a scratch of tile_floats floats, and sums
+ * what fn returns (its rows' loss) into *loss. GPTQ's rows are independent
+ * given the factor, so the bytes do not depend on the threads. */
+typedef double (*dsq_gptq_tile_fn)(const void *ctx, int64_t r0, int64_t nr, float *buf);
+dsq_status dsq_gptq_run_tiles(int64_t rows, int64_t tile_rows, size_t tile_floats, dsq_gptq_tile_fn fn,
+                              const void *ctx, double *loss);
+
 /* An n x n matrix of elem-byte entries from the big-buffer allocator, NULL
  * when the size overflows or memory runs out. */
 double *dsq_gptq_alloc_square(int64_t n, size_t elem);
