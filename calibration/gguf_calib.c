@@ -205,7 +205,9 @@ static dsq_status setup(gcalib *g, const char *in, const char *out, const dsq_gg
     }
     if (g->im && g->im->n_entries == 0) g->im = NULL;
     dsq_gguf_quantize_report *plan = NULL;
-    DSQ_TRY(dsq_gguf_quantize_plan(in, gopt, &plan));
+    dsq_gguf_quantize_options po = *gopt;
+    po.imatrix = g->im; /* loaded once, above */
+    DSQ_TRY(dsq_gguf_quantize_plan(in, &po, &plan));
     g->plan = plan;
     DSQ_TRY(dsq_strmap_reserve(&g->by_name, plan->n_tensors));
     for (size_t i = 0; i < plan->n_tensors; i++)
