@@ -1152,6 +1152,38 @@ static dsq_status layout_tensors(dsq_gguf_writer *w)
     return DSQ_OK;
 }
 
+/* Bytes each part of the header takes on disk (mirrors the wr_* functions). */
+static uint64_t array_disk_bytes(const dsq_gguf_array *a)
+{
+    uint64_t n = 4 + 8;
+    if (vtype_is_scalar(a->elem_type)) return n + a->n * dsq_gguf_vtype_size(a->elem_type);
+    for (uint64_t i = 0; i < a->n; i++)
+        n += a->elem_type == DSQ_GGUF_STRING ? 8 + ((const dsq_gguf_str *)a->data)[i].len
+                                             : array_disk_bytes(&((const dsq_gguf_value *)a->data)[i].v.arr);
+    return n;
+}
+
+static uint64_t kv_disk_bytes(const dsq_gguf_kv *kv)
+{
+    uint64_t n = 8 + strlen(kv->key) + 4;
+    if (kv->value.type == DSQ_GGUF_STRING) return n + 8 + kv->value.v.str.len;
+    if (kv->value.type == DSQ_GGUF_ARRAY) return n + array_disk_bytes(&kv->value.v.arr);
+    return n + dsq_gguf_vtype_size(kv->value.type);
+}
+
+dsq_status dsq_gguf_writer_layout(dsq_gguf_writer *w, uint64_t *header_bytes, uint64_t *data_bytes, uint32_t *alignment)
+{
+    if (w->state != W_BUILD) return dsq_fail(DSQ_ERR_ARG, "gguf writer: layout after dsq_gguf_writer_begin");
+    DSQ_TRY(layout_tensors(w));
+    uint64_t n = 4 + 4 + 8 + 8;
+    for (uint64_t i = 0; i < w->n_kv; i++) n += kv_disk_bytes(&w->kv[i]);
+    for (uint64_t i = 0; i < w->n_t; i++) n += 8 + strlen(w->t[i].name) + 4 + 8 * (uint64_t)w->t[i].n_dims + 4 + 8;
+    *header_bytes = pad_to(n, w->alignment);
+    *data_bytes = w->data_size;
+    *alignment = w->alignment;
+    return DSQ_OK;
+}
+
 static dsq_status wr_header(dsq_gguf_writer *w)
 {
     dsq_outfile *f = w->out;

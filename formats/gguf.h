@@ -158,6 +158,11 @@ dsq_status dsq_gguf_remove(dsq_gguf_writer *w, const char *key);
 /* shape is outermost-first (as dsq_tensor); the file gets it reversed. */
 dsq_status dsq_gguf_add_tensor(dsq_gguf_writer *w, const char *name, dsq_type type, int n_dims,
                                const int64_t *shape);
+/* Before begin: the size the header (KVs and tensor infos, padded to the
+ * alignment) and the data section (each tensor padded) will have on disk,
+ * and the alignment; the file is their sum. */
+dsq_status dsq_gguf_writer_layout(dsq_gguf_writer *w, uint64_t *header_bytes, uint64_t *data_bytes,
+                                  uint32_t *alignment);
 dsq_status dsq_gguf_writer_begin(dsq_gguf_writer *w, const char *path, bool overwrite);
 dsq_status dsq_gguf_writer_write(dsq_gguf_writer *w, const void *data, uint64_t n);
 dsq_status dsq_gguf_writer_finish(dsq_gguf_writer *w);

@@ -367,6 +367,38 @@ static dsq_status check_plan(const qrun *r)
     return DSQ_OK;
 }
 
+static int find_tensor(const qsrc *s, const char *name)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (!strcmp(s->mt[i].name, name)) return (int)i;
+    return -1;
+}
+
+/* The per-tensor types over the mix (opt->tensor_types). */
+static dsq_status apply_tensor_types(qrun *r)
+{
+    const dsq_gguf_quantize_options *o = r->opt;
+    for (size_t k = 0; k < o->n_tensor_types; k++) {
+        const dsq_gguf_tensor_type *tt = &o->tensor_types[k];
+        int i = tt->name ? find_tensor(&r->src, tt->name) : -1;
+        if (i < 0) return dsq_fail(DSQ_ERR_ARG, "tensor type for %s: no such tensor in %s", tt->name ? tt->name : "(null)", r->src.path);
+        const dsq_mix_tensor *t = &r->src.mt[i];
+        const dsq_type_info *ti = dsq_type_is_ggml(tt->type) ? dsq_type_get((int)tt->type) : NULL;
+        if (!ti || (tt->type != r->src.stored[i] && !can_write(tt->type)))
+            return dsq_fail(DSQ_ERR_UNSUPPORTED, "tensor %s: type %s cannot be produced (valid: %s)", t->name,
+                            ti ? dsq_type_name(tt->type) : "?", writable_types().s);
+        if (t->ne[0] % ti->block_elems != 0)
+            return dsq_fail(DSQ_ERR_ARG, "tensor %s: rows of %lld are not whole %s blocks of %d", t->name,
+                            (long long)t->ne[0], dsq_type_name(tt->type), (int)ti->block_elems);
+        dsq_mix_choice *c = &r->choice[i];
+        c->type = tt->type;
+        c->quantize = tt->type != t->type;
+        c->fallback = false;
+        snprintf(c->reason, sizeof c->reason, "tensor type -> %s", dsq_type_name(tt->type));
+    }
+    return DSQ_OK;
+}
+
 static dsq_status plan(qrun *r)
 {
     const dsq_gguf_quantize_options *o = r->opt;
@@ -384,6 +416,7 @@ static dsq_status plan(qrun *r)
     if (!r->choice || !r->order) return dsq_fail(DSQ_ERR_NOMEM, "out of memory planning %zu tensors", n);
     if (n == 0) return dsq_fail(DSQ_ERR_FORMAT, "%s: no tensors to quantize", r->src.path);
     DSQ_TRY(dsq_mix_plan(&r->src.model, &mo, r->src.mt, n, r->choice, NULL));
+    DSQ_TRY(apply_tensor_types(r));
     DSQ_TRY(dsq_mix_order(r->src.mt, n, r->order));
     return check_plan(r);
 }
@@ -668,16 +701,32 @@ static dsq_status emit_all(qrun *r, dsq_gguf_writer *w)
     return DSQ_OK;
 }
 
-static dsq_status write_output(qrun *r, dsq_gguf_writer **wp)
+static dsq_status new_report(qrun *r)
 {
-    DSQ_TRY(dsq_gguf_writer_new(wp));
-    DSQ_TRY(write_kvs(r, *wp));
-    DSQ_TRY(add_tensors(r, *wp));
-    DSQ_TRY(dsq_gguf_writer_begin(*wp, r->out, r->opt->overwrite));
     r->rep = calloc(1, sizeof *r->rep);
     if (r->rep) r->rep->tensors = calloc(r->src.n, sizeof *r->rep->tensors);
     if (!r->rep || !r->rep->tensors) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
     r->rep->ftype = r->opt->ftype;
+    return DSQ_OK;
+}
+
+/* The header and tensor infos in a writer, and the file's size from them. */
+static dsq_status lay_out(qrun *r, dsq_gguf_writer *w)
+{
+    DSQ_TRY(write_kvs(r, w));
+    DSQ_TRY(add_tensors(r, w));
+    uint64_t data;
+    DSQ_TRY(dsq_gguf_writer_layout(w, &r->rep->header_bytes, &data, &r->rep->alignment));
+    r->rep->file_bytes = r->rep->header_bytes + data;
+    return DSQ_OK;
+}
+
+static dsq_status write_output(qrun *r, dsq_gguf_writer **wp)
+{
+    DSQ_TRY(dsq_gguf_writer_new(wp));
+    DSQ_TRY(new_report(r));
+    DSQ_TRY(lay_out(r, *wp));
+    DSQ_TRY(dsq_gguf_writer_begin(*wp, r->out, r->opt->overwrite));
     DSQ_TRY(emit_all(r, *wp));
     return dsq_gguf_writer_finish(*wp);
 }
@@ -727,10 +776,12 @@ static dsq_status plan_only(qrun *r, const char *in)
     DSQ_TRY(src_open(&r->src, in));
     DSQ_TRY(load_imatrix(r));
     DSQ_TRY(plan(r));
-    r->rep = calloc(1, sizeof *r->rep);
-    if (r->rep) r->rep->tensors = calloc(r->src.n, sizeof *r->rep->tensors);
-    if (!r->rep || !r->rep->tensors) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
-    r->rep->ftype = r->opt->ftype;
+    DSQ_TRY(new_report(r));
+    dsq_gguf_writer *w = NULL;
+    dsq_status st = dsq_gguf_writer_new(&w);
+    if (st == DSQ_OK) st = lay_out(r, w);
+    dsq_gguf_writer_free(w);
+    DSQ_TRY(st);
     for (size_t k = 0; k < r->src.n; k++) {
         dsq_gguf_quantize_tensor *rt = &r->rep->tensors[k];
         DSQ_TRY(fill_record(r, r->order[k], rt));
@@ -743,6 +794,44 @@ static dsq_status plan_only(qrun *r, const char *in)
         r->rep->n_fallback += rt->fallback;
     }
     return DSQ_OK;
+}
+
+static dsq_status visit_all(qrun *r, dsq_gguf_visit_fn fn, void *user)
+{
+    for (size_t k = 0; k < r->src.n; k++) {
+        size_t i = r->order[k];
+        const dsq_mix_tensor *t = &r->src.mt[i];
+        if (!r->choice[i].quantize) continue;
+        dsq_gguf_quantize_tensor rt = {0};
+        dsq_status st = fill_record(r, i, &rt);
+        const float *imatrix = NULL, *x = NULL;
+        if (st == DSQ_OK && r->im) st = dsq_imatrix_for_tensor(r->im, t->name, t->ne[0], t->ne[2], &imatrix);
+        rt.imatrix = imatrix != NULL;
+        if (st == DSQ_OK) st = load_f32(r, i, &x);
+        if (st == DSQ_OK) st = check_finite(t->name, x, t->ne[0], 0, (int64_t)(nelems_of(t) / (uint64_t)t->ne[0]));
+        if (st == DSQ_OK) st = fn(user, &rt, x, imatrix);
+        if (r->src.g) {
+            dsq_tensor v;
+            if (dsq_gguf_tensor(r->src.g, i, &v) == DSQ_OK) dsq_release_pages(v.data, v.nbytes);
+        }
+        free(rt.name);
+        DSQ_TRY(st);
+    }
+    return DSQ_OK;
+}
+
+dsq_status dsq_gguf_quantize_visit(const char *in, const dsq_gguf_quantize_options *opt, dsq_gguf_visit_fn fn,
+                                   void *user)
+{
+    if (!in || !opt || !fn) return dsq_fail(DSQ_ERR_ARG, "gguf quantize: input, options and visitor are required");
+    qrun r = {.out = "", .opt = opt, .quiet = true};
+    dsq_status st = check_options(opt);
+    if (st == DSQ_OK) st = src_open(&r.src, in);
+    if (st == DSQ_OK) st = load_imatrix(&r);
+    if (st == DSQ_OK) st = plan(&r);
+    if (st == DSQ_OK) st = visit_all(&r, fn, user);
+    run_free(&r);
+    return st;
 }
 
 dsq_status dsq_gguf_quantize_plan(const char *in, const dsq_gguf_quantize_options *opt,

@@ -48,6 +48,13 @@ typedef struct dsq_gguf_provider {
     const char *method; /* what made them, for the log and the report ("gptq") */
 } dsq_gguf_provider;
 
+/* A type forced on one tensor (by its GGUF name) over the mix's choice, as
+ * llama-quantize's --tensor-type does; budgets (eval/budget.h) set them. */
+typedef struct dsq_gguf_tensor_type {
+    const char *name;
+    dsq_type type;
+} dsq_gguf_tensor_type;
+
 typedef struct dsq_gguf_quantize_options {
     dsq_ftype ftype;
     bool pure;             /* --pure: every quantized tensor gets the ftype's default type */
@@ -63,6 +70,11 @@ typedef struct dsq_gguf_quantize_options {
     const char *imatrix_file;
     int n_threads; /* 0: one per core */
     const dsq_gguf_provider *provider; /* NULL: every tensor quantized here */
+    /* Per-tensor types applied after the mix: every name must be a tensor of
+     * the input, the type writable and its block must divide the row; a
+     * tensor given its stored type is copied. */
+    const dsq_gguf_tensor_type *tensor_types;
+    size_t n_tensor_types;
 } dsq_gguf_quantize_options;
 
 /* ftype with every option off, no overrides, no imatrix, all cores. */
@@ -90,6 +102,10 @@ typedef struct dsq_gguf_quantize_report {
     uint64_t n_elements; /* all tensors */
     uint64_t bytes_in, bytes_out;
     int n_quantized, n_copied, n_fallback, n_imatrix, n_provided;
+    /* The file on disk: header (KVs, tensor infos, padding) + data, each
+     * tensor padded to the alignment. */
+    uint64_t header_bytes, file_bytes;
+    uint32_t alignment;
     double seconds;
 } dsq_gguf_quantize_report;
 
@@ -107,5 +123,14 @@ dsq_status dsq_gguf_quantize(const char *in, const char *out, const dsq_gguf_qua
  * beyond the headers and nothing written. */
 dsq_status dsq_gguf_quantize_plan(const char *in, const dsq_gguf_quantize_options *opt,
                                   dsq_gguf_quantize_report **report);
+
+/* Every tensor the plan quantizes, in output order, as F32 values (x, the
+ * record's ne[0] x rows) with its importance weights (imatrix: ne[0] x ne[2]
+ * values, or NULL without an entry). Nothing is written. fn's failure ends
+ * the walk and is returned. */
+typedef dsq_status (*dsq_gguf_visit_fn)(void *user, const dsq_gguf_quantize_tensor *t, const float *x,
+                                        const float *imatrix);
+dsq_status dsq_gguf_quantize_visit(const char *in, const dsq_gguf_quantize_options *opt, dsq_gguf_visit_fn fn,
+                                   void *user);
 
 #endif
