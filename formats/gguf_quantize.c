@@ -409,7 +409,7 @@ static dsq_status plan(qrun *r)
     mo.token_embd_type = o->token_embd_type;
     mo.has_imatrix = r->im != NULL;
     mo.allow_requantize = o->allow_requantize;
-    mo.quiet = r->quiet;
+    mo.quiet = r->quiet || o->n_tensor_types > 0; /* the mix's fallbacks may all be overridden */
     size_t n = r->src.n;
     r->choice = calloc(n ? n : 1, sizeof *r->choice);
     r->order = calloc(n ? n : 1, sizeof *r->order);
