@@ -188,6 +188,7 @@ static void test_size_budgets(void **state)
     uint64_t least = strtoull(strstr(dsq_errmsg(), "possible, ") + 10, NULL, 10);
     assert_int_equal(dsq_budget_solve(f->b, DSQ_BUDGET_SIZE, (double)least, &s), DSQ_OK);
     assert_true(s.file_bytes == least);
+    dsq_budget_solution_free(&s);
     double prev = INFINITY;
     for (int k = 0; k <= 8; k++) {
         double target = (double)least * (1.0 + 0.1 * k);
