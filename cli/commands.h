@@ -28,6 +28,9 @@ int dsq_cmd_serve(int argc, char **argv);
 int dsq_cmd_quant(int argc, char **argv);
 /* smoothquant, fp8 (cli/cmd_w8.c; argv[0] picks the method). */
 int dsq_cmd_w8(int argc, char **argv);
+/* every type x method made and measured (cli/cmd_sweep.c), and its page (cli/cmd_report.c). */
+int dsq_cmd_sweep(int argc, char **argv);
+int dsq_cmd_report(int argc, char **argv);
 
 /* SIGBUS (a mapped input truncated under us), SIGINT and SIGTERM: the
  * temporaries of unfinished outputs are removed (cli/signals.c). */

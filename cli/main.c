@@ -15,6 +15,8 @@ static const dsq_cmd g_cmds[] = {
     {"kld", "KL divergence of a quantized model from its base (llama-perplexity's)", dsq_cmd_kld},
     {"generate", "generate text from a prompt (greedy or sampled, --chat templates)", dsq_cmd_generate},
     {"serve", "OpenAI-compatible server with continuous batching (completions, chat, lm-eval logprobs)", dsq_cmd_serve},
+    {"sweep", "every GGUF type x method made and measured (KLD, PPL, size, speed)", dsq_cmd_sweep},
+    {"report", "a sweep's results as one self-contained HTML page with plots", dsq_cmd_report},
     {"imatrix", "importance matrix for quantization, like llama-imatrix", dsq_cmd_imatrix},
     {"rtn", "INTn round-to-nearest to a GPTQ/AWQ/compressed-tensors HF folder", dsq_cmd_quant},
     {"awq", "AWQ (AutoAWQ) INT4 quantization to a vLLM/transformers-loadable folder", dsq_cmd_quant},

@@ -11,7 +11,8 @@ set -euo pipefail
 DEB_PKGS=(build-essential cmake pkg-config libcjson-dev libzstd-dev libcmocka-dev
           libpcre2-dev libcurl4-openssl-dev libmicrohttpd-dev zlib1g-dev zstd python3 python3-venv python3-pip
           jq   # jq: scripts/golden.sh and scripts/bench-ab.sh read the --json summaries
-          clang libclang-rt-dev llvm ccache time)  # the fuzz build (scripts/fuzz.sh): libFuzzer, its symbolizer, CPU time; ccache for warm CI builds
+          clang libclang-rt-dev llvm ccache time  # the fuzz build (scripts/fuzz.sh): libFuzzer, its symbolizer, CPU time; ccache for warm CI builds
+          chromium)  # renders `dsquant report`'s page headless in tests/test_sweep.c
 
 missing=()
 for p in "${DEB_PKGS[@]}"; do

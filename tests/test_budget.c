@@ -54,45 +54,6 @@ typedef struct fixture {
     dsq_gguf_quantize_report *mix;
 } fixture;
 
-static bool keep_tensor(const char *name)
-{
-    int layer;
-    return sscanf(name, "blk.%d.", &layer) != 1 || layer < 2;
-}
-
-/* The default model cut to its first two layers, every tensor F32. */
-static dsq_status cut_model(const char *src, const char *dst)
-{
-    dsq_gguf *g = NULL;
-    dsq_gguf_writer *w = NULL;
-    DSQ_TRY(dsq_gguf_open(src, &g));
-    dsq_status s = dsq_gguf_writer_new(&w);
-    for (uint64_t i = 0; s == DSQ_OK && i < g->n_kv; i++) s = dsq_gguf_set(w, g->kv[i].key, &g->kv[i].value);
-    if (s == DSQ_OK) s = dsq_gguf_set_u32(w, "llama.block_count", 2);
-    for (uint64_t i = 0; s == DSQ_OK && i < g->n_tensors; i++) {
-        const dsq_gguf_tensor_info *t = &g->tensors[i];
-        if (!keep_tensor(t->name)) continue;
-        int64_t shape[4];
-        for (uint32_t d = 0; d < t->n_dims; d++) shape[d] = t->ne[t->n_dims - 1 - d];
-        s = dsq_gguf_add_tensor(w, t->name, DSQ_TYPE_F32, (int)t->n_dims, shape);
-    }
-    if (s == DSQ_OK) s = dsq_gguf_writer_begin(w, dst, true);
-    for (uint64_t i = 0; s == DSQ_OK && i < g->n_tensors; i++) {
-        if (!keep_tensor(g->tensors[i].name)) continue;
-        dsq_tensor v;
-        s = dsq_gguf_tensor(g, i, &v);
-        uint64_t n = v.nbytes / dsq_type_get((int)v.type)->block_bytes * dsq_type_get((int)v.type)->block_elems;
-        float *x = s == DSQ_OK ? malloc(n * sizeof *x) : NULL;
-        if (s == DSQ_OK) s = x ? dsq_dequantize(v.type, v.data, x, 1, (int64_t)n) : DSQ_ERR_NOMEM;
-        if (s == DSQ_OK) s = dsq_gguf_writer_write(w, x, n * sizeof *x);
-        free(x);
-    }
-    if (s == DSQ_OK) s = dsq_gguf_writer_finish(w);
-    dsq_gguf_writer_free(w);
-    dsq_gguf_close(g);
-    return s;
-}
-
 static dsq_budget_opts budget_opts(fixture *f, dsq_type *cands)
 {
     int n = 0;
@@ -118,7 +79,7 @@ static int setup(void **state)
     snprintf(f->model, sizeof f->model, "%s/cut.gguf", f->dir);
     snprintf(f->scratch, sizeof f->scratch, "%s/out.gguf", f->dir);
     dsq_log_set_level(DSQ_LOG_ERROR);
-    dsq_status s = cut_model(model, f->model);
+    dsq_status s = dsq_test_cut_model(model, f->model, 2);
     free(model);
     dsq_type cands[16];
     dsq_budget_opts bo = budget_opts(f, cands);

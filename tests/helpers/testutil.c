@@ -14,6 +14,8 @@
 #include <cmocka.h>
 
 #include "core/fileio.h"
+#include "formats/gguf.h"
+#include "quantizers/qtypes.h"
 
 char *dsq_test_mkdtemp(void)
 {
@@ -189,3 +191,42 @@ void dsq_test_env_restore(dsq_test_env *e)
         e->val[i] = NULL;
     }
 }
+
+static bool keep_tensor(const char *name, int n_layers)
+{
+    int layer;
+    return sscanf(name, "blk.%d.", &layer) != 1 || layer < n_layers;
+}
+
+dsq_status dsq_test_cut_model(const char *src, const char *dst, int n_layers)
+{
+    dsq_gguf *g = NULL;
+    dsq_gguf_writer *w = NULL;
+    DSQ_TRY(dsq_gguf_open(src, &g));
+    dsq_status s = dsq_gguf_writer_new(&w);
+    for (uint64_t i = 0; s == DSQ_OK && i < g->n_kv; i++) s = dsq_gguf_set(w, g->kv[i].key, &g->kv[i].value);
+    if (s == DSQ_OK) s = dsq_gguf_set_u32(w, "llama.block_count", (uint32_t)n_layers);
+    for (uint64_t i = 0; s == DSQ_OK && i < g->n_tensors; i++) {
+        const dsq_gguf_tensor_info *t = &g->tensors[i];
+        if (!keep_tensor(t->name, n_layers)) continue;
+        int64_t shape[4];
+        for (uint32_t d = 0; d < t->n_dims; d++) shape[d] = t->ne[t->n_dims - 1 - d];
+        s = dsq_gguf_add_tensor(w, t->name, DSQ_TYPE_F32, (int)t->n_dims, shape);
+    }
+    if (s == DSQ_OK) s = dsq_gguf_writer_begin(w, dst, true);
+    for (uint64_t i = 0; s == DSQ_OK && i < g->n_tensors; i++) {
+        if (!keep_tensor(g->tensors[i].name, n_layers)) continue;
+        dsq_tensor v;
+        s = dsq_gguf_tensor(g, i, &v);
+        uint64_t n = v.nbytes / dsq_type_get((int)v.type)->block_bytes * dsq_type_get((int)v.type)->block_elems;
+        float *x = s == DSQ_OK ? malloc(n * sizeof *x) : NULL;
+        if (s == DSQ_OK) s = x ? dsq_dequantize(v.type, v.data, x, 1, (int64_t)n) : DSQ_ERR_NOMEM;
+        if (s == DSQ_OK) s = dsq_gguf_writer_write(w, x, n * sizeof *x);
+        free(x);
+    }
+    if (s == DSQ_OK) s = dsq_gguf_writer_finish(w);
+    dsq_gguf_writer_free(w);
+    dsq_gguf_close(g);
+    return s;
+}
+

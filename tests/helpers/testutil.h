@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/status.h"
+
 /* A fresh empty folder under $TMPDIR (or /tmp); removed by dsq_test_rmtmp. */
 char *dsq_test_mkdtemp(void);
 void dsq_test_rmtmp(char *dir);
@@ -97,5 +99,10 @@ void dsq_test_env_restore(dsq_test_env *e);
 /* Deterministic PRNG for test data. */
 uint64_t dsq_test_rand(uint64_t *state);
 float dsq_test_randn(uint64_t *state);
+
+/* A llama GGUF (the default model) cut to its first n_layers layers (with
+ * its embedding, output, norms, KVs and tokenizer), every tensor F32: a
+ * real model small enough for tests that run many commands. */
+dsq_status dsq_test_cut_model(const char *src, const char *dst, int n_layers);
 
 #endif

@@ -1,0 +1,110 @@
+/* Per-layer weight error of a quantized GGUF against its base (layer_error.h). */
+#include "eval/layer_error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/dtype.h"
+#include "formats/gguf.h"
+#include "quantizers/qtypes.h"
+
+typedef struct acc {
+    dsq_layer_error *e;
+    size_t n;
+} acc;
+
+static dsq_layer_error *slot(acc *a, int layer)
+{
+    for (size_t i = 0; i < a->n; i++)
+        if (a->e[i].layer == layer) return &a->e[i];
+    dsq_layer_error *e = realloc(a->e, (a->n + 1) * sizeof *e);
+    if (!e) return NULL;
+    a->e = e;
+    size_t at = a->n;
+    while (at > 0 && e[at - 1].layer > layer) { /* keep ascending */
+        e[at] = e[at - 1];
+        at--;
+    }
+    e[at] = (dsq_layer_error){.layer = layer};
+    a->n++;
+    return &e[at];
+}
+
+static bool same_shape(const dsq_gguf_tensor_info *a, const dsq_gguf_tensor_info *b)
+{
+    if (a->n_dims != b->n_dims) return false;
+    for (uint32_t d = 0; d < a->n_dims; d++)
+        if (a->ne[d] != b->ne[d]) return false;
+    return true;
+}
+
+/* Row by row, so memory stays at two rows. */
+static dsq_status compare(const dsq_gguf *gb, uint64_t ib, const dsq_gguf *gq, uint64_t iq, const float *w,
+                          dsq_layer_error *e)
+{
+    const dsq_gguf_tensor_info *t = &gq->tensors[iq];
+    int64_t ne0 = t->ne[0], rows = 1, ne1 = t->n_dims > 1 ? t->ne[1] : 1;
+    for (uint32_t d = 1; d < t->n_dims; d++) rows *= t->ne[d];
+    dsq_tensor vb, vq;
+    DSQ_TRY(dsq_gguf_tensor(gb, ib, &vb));
+    DSQ_TRY(dsq_gguf_tensor(gq, iq, &vq));
+    const dsq_type_info *tb = dsq_type_get((int)vb.type), *tq = dsq_type_get((int)vq.type);
+    size_t rb = (size_t)(ne0 / tb->block_elems) * tb->block_bytes, rq = (size_t)(ne0 / tq->block_elems) * tq->block_bytes;
+    float *x = malloc((size_t)ne0 * 2 * sizeof *x);
+    if (!x) return dsq_fail(DSQ_ERR_NOMEM, "layer errors: tensor %s: out of memory", t->name);
+    dsq_status st = DSQ_OK;
+    for (int64_t r = 0; st == DSQ_OK && r < rows; r++) {
+        st = dsq_dequantize(vb.type, (const uint8_t *)vb.data + (size_t)r * rb, x, 1, ne0);
+        if (st == DSQ_OK) st = dsq_dequantize(vq.type, (const uint8_t *)vq.data + (size_t)r * rq, x + ne0, 1, ne0);
+        const float *wr = w ? w + ((r / ne1) % (t->n_dims > 2 ? t->ne[2] : 1)) * ne0 : NULL;
+        for (int64_t j = 0; st == DSQ_OK && j < ne0; j++) {
+            double c = wr ? wr[j] : 1.0, d = (double)x[j] - (double)x[ne0 + j];
+            e->err += c * d * d;
+            e->norm += c * (double)x[j] * (double)x[j];
+        }
+    }
+    free(x);
+    if (st != DSQ_OK) return dsq_fail_context(st, "layer errors: tensor %s", t->name);
+    e->n_tensors++;
+    return DSQ_OK;
+}
+
+static dsq_status walk(const dsq_gguf *gb, const dsq_gguf *gq, const dsq_imatrix *im, acc *a)
+{
+    for (uint64_t iq = 0; iq < gq->n_tensors; iq++) {
+        const dsq_gguf_tensor_info *t = &gq->tensors[iq];
+        int64_t ib = dsq_gguf_find_tensor(gb, t->name);
+        const dsq_type_info *ti = dsq_type_get((int)t->type);
+        if (ib < 0 || !ti || !ti->quantized || !same_shape(&gb->tensors[ib], t)) continue;
+        const float *w = NULL;
+        if (im) DSQ_TRY(dsq_imatrix_for_tensor(im, t->name, t->ne[0], t->n_dims > 2 ? t->ne[2] : 1, &w));
+        int layer = -1;
+        if (sscanf(t->name, "blk.%d.", &layer) != 1 || layer < 0) layer = -1;
+        dsq_layer_error *e = slot(a, layer);
+        if (!e) return dsq_fail(DSQ_ERR_NOMEM, "layer errors: out of memory");
+        DSQ_TRY(compare(gb, (uint64_t)ib, gq, iq, w, e));
+    }
+    return DSQ_OK;
+}
+
+dsq_status dsq_layer_errors(const char *base, const char *quant, const dsq_imatrix *im, dsq_layer_error **out,
+                            size_t *n_out)
+{
+    *out = NULL;
+    *n_out = 0;
+    dsq_gguf *gb = NULL, *gq = NULL;
+    acc a = {0};
+    dsq_status st = dsq_gguf_open(base, &gb);
+    if (st == DSQ_OK) st = dsq_gguf_open(quant, &gq);
+    if (st == DSQ_OK) st = walk(gb, gq, im, &a);
+    dsq_gguf_close(gb);
+    dsq_gguf_close(gq);
+    if (st != DSQ_OK) {
+        free(a.e);
+        return st;
+    }
+    *out = a.e;
+    *n_out = a.n;
+    return DSQ_OK;
+}
