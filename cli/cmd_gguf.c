@@ -462,6 +462,7 @@ static cJSON *budget_json(const gguf_args *a, const dsq_budget *b, const dsq_bud
 
 static void print_budget_table(const dsq_budget *b, const dsq_budget_solution *s)
 {
+    if (dsq_log_get_level() < DSQ_LOG_INFO) return; /* -q: the table is in --json */
     fprintf(stderr, "%-34s %-7s %10s %12s\n", "tensor", "type", "MB", "pred. KLD");
     for (size_t i = 0; i < dsq_budget_n_tensors(b); i++) {
         const dsq_budget_tensor *bt = dsq_budget_tensor_at(b, i);

@@ -17,10 +17,15 @@ and IQ4_NL:
       prompt are finite and close to those of the F32 model, and a greedy
       16-token continuation is non-empty text; gguf-py's GGUFReader reads the
       file's tensor table and quantization KVs as written.
+  (d) a budgeted file (`dsquant gguf --type Q4_K_M --target-bpw 5.5`, types
+      from q4_0 q5_0 q8_0 q4_K q6_K chosen per tensor, sensitivities on one
+      chunk of tinyshakespeare): at most 5.5 bits per weight, more than one
+      type among its tensors, and llama.cpp runs it as in (a).
 
 All mismatches are collected and printed before the test fails.
 Exit 77 (skipped) when the default model or a Python package is missing.
 """
+import json
 import os
 import struct
 import subprocess
@@ -28,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from dsq_testlib import default_model, dsquant, skip
+from dsq_testlib import default_model, dsquant, skip, wiki_path
 
 try:
     import numpy as np
@@ -276,6 +281,28 @@ def run_with_llama(quant_path, f32_path):
     return problems
 
 
+def budget_file(f32, tmp):
+    """(d): a budgeted mix; llama.cpp must run it like any other file."""
+    calib = os.path.join(os.path.dirname(wiki_path()), "tinyshakespeare.txt.zst")
+    if not os.path.exists(calib):
+        skip(f"no tinyshakespeare.txt.zst next to {wiki_path()}")
+    out = os.path.join(tmp, "budget.gguf")
+    summary = json.loads(dsquant("gguf", f32, "-o", out, "--type", "Q4_K_M", "--target-bpw", "5.5", "--candidates",
+                                 "q4_0,q5_0,q8_0,q4_K,q6_K", "--calib", calib, "--budget-chunks", "1",
+                                 "--budget-ctx", "32", "--threads", str(THREADS), "--json"))
+    problems = []
+    if not summary["bits_per_weight"] <= 5.5:
+        problems.append(f"budget: {summary['bits_per_weight']} bits per weight, above the 5.5 asked")
+    types = {t["type"] for t in summary["budget"]["tensors"]}
+    if len(types) < 2:
+        problems.append(f"budget: one type for every tensor ({types}): no allocation happened")
+    problems += [p.replace("Q4_K_M", "budget") for p in run_with_llama(out, f32)]
+    print(f"budget file: {summary['bits_per_weight']:.3f} bpw, types {sorted(types)}, "
+          f"measured KLD {summary['budget']['measured_kld']:.4f}")
+    os.remove(out)
+    return problems
+
+
 def scratch_dir():
     """TMPDIR when set, else a RAM disk when it has room: the test writes about
     5 GB of files (1.3 GB at most at a time) that live a few seconds each, and
@@ -312,6 +339,7 @@ def main():
                   f"{checked} tensors dequantized as gguf-py does{' EXCEPT %d' % len(deq) if deq else ''}",
                   flush=True)
             problems += same + deq + runs
+        problems += budget_file(f32, tmp)
     if problems:
         print("\n".join(problems))
         sys.exit(f"{len(problems)} problem(s), see above")
