@@ -429,6 +429,7 @@ static cJSON *budget_json(const gguf_args *a, const dsq_budget *b, const dsq_bud
     cJSON_AddNumberToObject(o, "predicted_file_bytes", (double)s->file_bytes);
     cJSON_AddNumberToObject(o, "bits_per_weight", s->bpw);
     cJSON_AddBoolToObject(o, "exact", s->alloc.exact);
+    cJSON_AddNumberToObject(o, "combine", dsq_budget_combine(b));
     cJSON *m = cJSON_AddObjectToObject(o, "mix");
     if (m) {
         cJSON_AddStringToObject(m, "type", dsq_ftype_name(a->opt.ftype));
@@ -449,12 +450,11 @@ static cJSON *budget_json(const gguf_args *a, const dsq_budget *b, const dsq_bud
     for (size_t i = 0; t && i < dsq_budget_n_tensors(b); i++) {
         const dsq_budget_tensor *bt = dsq_budget_tensor_at(b, i);
         const dsq_budget_option *op = &bt->options[s->choice[i]];
-        const dsq_budget_group *gr = dsq_budget_group_at(b, (size_t)bt->group);
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "name", bt->name);
         cJSON_AddStringToObject(e, "type", dsq_type_name(op->type));
         cJSON_AddNumberToObject(e, "bytes", (double)op->bytes);
-        cJSON_AddNumberToObject(e, "predicted_kld", gr->gain * op->err);
+        cJSON_AddNumberToObject(e, "predicted_kld", dsq_budget_cost(b, i, s->choice[i]));
         cJSON_AddItemToArray(t, e);
     }
     return o;
@@ -468,7 +468,7 @@ static void print_budget_table(const dsq_budget *b, const dsq_budget_solution *s
         const dsq_budget_tensor *bt = dsq_budget_tensor_at(b, i);
         const dsq_budget_option *op = &bt->options[s->choice[i]];
         fprintf(stderr, "%-34s %-7s %10.3f %12.6f\n", bt->name, dsq_type_name(op->type), (double)op->bytes / 1e6,
-                dsq_budget_group_at(b, (size_t)bt->group)->gain * op->err);
+                dsq_budget_cost(b, i, s->choice[i]));
     }
 }
 

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,7 @@ struct dsq_budget {
     uint64_t fixed_bytes, fixed_padded; /* the tensors outside the budget */
     char base_path[4096], gguf_path[4096];
     bool base_written;
+    double combine; /* measured KLD of all groups at once / the sum of theirs */
     dsq_tokens ids;
     int32_t bos;
 };
@@ -216,6 +218,7 @@ static void fixed_part(dsq_budget *b)
 }
 
 static dsq_status limits(const dsq_budget *b, dsq_budget_kind kind, double target, dsq_alloc_problem *p);
+static double cost_of(const dsq_budget *b, const dsq_budget_tensor *t, int o);
 
 /* ---------------------------------------------------------------- KLD */
 
@@ -288,8 +291,9 @@ dsq_status dsq_budget_check(const dsq_budget *b, const char *gguf, double *kld)
     return st;
 }
 
-/* KLD with only group gi quantized (at each tensor's reference type). */
-static dsq_status group_kld(dsq_budget *b, size_t gi)
+/* KLD with only group gi quantized (at each tensor's reference type), or
+ * every group at once (gi == SIZE_MAX). */
+static dsq_status group_kld(dsq_budget *b, size_t gi, double *kld)
 {
     dsq_gguf_tensor_type *tt = malloc(b->plan->n_tensors * sizeof *tt);
     if (!tt) return dsq_fail(DSQ_ERR_NOMEM, "budget: out of memory");
@@ -299,7 +303,8 @@ static dsq_status group_kld(dsq_budget *b, size_t gi)
         dsq_type keep = DSQ_TYPE_F32;
         for (size_t k = 0; k < b->plan->n_tensors; k++)
             if (!strcmp(b->plan->tensors[k].name, t->name)) keep = b->plan->tensors[k].type_in;
-        tt[n++] = (dsq_gguf_tensor_type){t->name, (size_t)t->group == gi ? t->options[t->ref].type : keep};
+        bool in = gi == SIZE_MAX || (size_t)t->group == gi;
+        tt[n++] = (dsq_gguf_tensor_type){t->name, in ? t->options[t->ref].type : keep};
     }
     dsq_gguf_quantize_options o = b->gopt;
     o.tensor_types = tt;
@@ -311,7 +316,7 @@ static dsq_status group_kld(dsq_budget *b, size_t gi)
     dsq_status st = dsq_gguf_quantize(b->in, b->gguf_path, &o, NULL);
     dsq_log_set_level(level);
     free(tt);
-    if (st == DSQ_OK) st = dsq_budget_check(b, b->gguf_path, &b->g[gi].kld);
+    if (st == DSQ_OK) st = dsq_budget_check(b, b->gguf_path, kld);
     unlink(b->gguf_path);
     return st;
 }
@@ -320,13 +325,26 @@ static dsq_status measure_gains(dsq_budget *b)
 {
     for (size_t i = 0; i < b->n; i++) b->g[b->t[i].group].err_ref += b->t[i].options[b->t[i].ref].err;
     for (size_t i = 0; i < b->n; i++) b->g[b->t[i].group].n_tensors++;
+    double sum = 0;
     for (size_t gi = 0; gi < b->n_groups; gi++) {
         dsq_budget_group *g = &b->g[gi];
-        DSQ_TRY(group_kld(b, gi));
+        DSQ_TRY(group_kld(b, gi, &g->kld));
         /* A KLD within rounding of zero still orders the group's own types. */
         g->gain = g->err_ref > 0 ? fmax(g->kld, 1e-9) / g->err_ref : 0;
+        sum += fmax(g->kld, 1e-9);
         DSQ_LOGI("budget: group %zu/%zu %-22s %3d tensors: KLD %.5f at ~%.1f bpw", gi + 1, b->n_groups, g->name,
                  g->n_tensors, g->kld, REF_BPW);
+    }
+    /* Errors of different groups compound: the KLD with every group at its
+     * reference against the sum of the groups' own scales the prediction
+     * (one factor, so it moves predicted KLDs and --max-kld, not the choice
+     * at a given size). */
+    b->combine = 1;
+    if (b->n_groups > 1) {
+        double all;
+        DSQ_TRY(group_kld(b, SIZE_MAX, &all));
+        b->combine = fmin(fmax(all / sum, 0.5), 10.0);
+        DSQ_LOGI("budget: every group at ~%.1f bpw: KLD %.5f, %.2fx the sum of the groups'", REF_BPW, all, all / sum);
     }
     return DSQ_OK;
 }
@@ -401,6 +419,11 @@ void dsq_budget_free(dsq_budget *b)
 size_t dsq_budget_n_tensors(const dsq_budget *b) { return b->n; }
 const dsq_budget_tensor *dsq_budget_tensor_at(const dsq_budget *b, size_t i) { return i < b->n ? &b->t[i] : NULL; }
 size_t dsq_budget_n_groups(const dsq_budget *b) { return b->n_groups; }
+double dsq_budget_combine(const dsq_budget *b) { return b->combine; }
+double dsq_budget_cost(const dsq_budget *b, size_t i, int option)
+{
+    return i < b->n && option >= 0 && option < b->t[i].n_options ? cost_of(b, &b->t[i], option) : NAN;
+}
 const dsq_budget_group *dsq_budget_group_at(const dsq_budget *b, size_t i)
 {
     return i < b->n_groups ? &b->g[i] : NULL;
@@ -410,7 +433,7 @@ const dsq_budget_group *dsq_budget_group_at(const dsq_budget *b, size_t i)
 
 static double cost_of(const dsq_budget *b, const dsq_budget_tensor *t, int o)
 {
-    return b->g[t->group].gain * t->options[o].err;
+    return b->combine * b->g[t->group].gain * t->options[o].err;
 }
 
 static dsq_status limits(const dsq_budget *b, dsq_budget_kind kind, double target, dsq_alloc_problem *p)

@@ -16,8 +16,10 @@
  *     its reference candidate (the one nearest 4.5 bits per weight). The
  *     group's gain g = KLD / sum of its tensors' reference errors turns
  *     errors into predicted KLD: cost(t, T) = g(group of t) * e(t, T), and
- *     the model's predicted KLD is the sum over tensors (additive for small
- *     errors, which is what the check after writing measures).
+ *     the model's predicted KLD is the sum over tensors, times one measured
+ *     factor for how groups compound: the KLD with every group at its
+ *     reference over the sum of the groups' KLDs (the check after writing
+ *     measures how well that holds).
  * Then quantizers/alloc.h picks the types (exact multiple-choice knapsack).
  * The scratch files (one GGUF per group, the base log-probs) live next to
  * the output and are removed.
@@ -103,6 +105,12 @@ size_t dsq_budget_n_tensors(const dsq_budget *b);
 const dsq_budget_tensor *dsq_budget_tensor_at(const dsq_budget *b, size_t i);
 size_t dsq_budget_n_groups(const dsq_budget *b);
 const dsq_budget_group *dsq_budget_group_at(const dsq_budget *b, size_t i);
+
+/* The measured compounding factor (KLD with every group at its reference
+ * over the sum of the groups' KLDs; 1 for a single group), and the
+ * predicted KLD of tensor i at one of its options (both included). */
+double dsq_budget_combine(const dsq_budget *b);
+double dsq_budget_cost(const dsq_budget *b, size_t i, int option);
 
 typedef struct dsq_budget_solution {
     dsq_gguf_tensor_type *types; /* one per budgeted tensor: pass to dsq_gguf_quantize_options */

@@ -83,6 +83,18 @@ static void sums(const problem *pr, const int *choice, uint64_t *b, double *c)
     }
 }
 
+/* The least and the greatest total size of any choice. */
+static void byte_range(const problem *pr, uint64_t *lo, uint64_t *hi)
+{
+    *lo = *hi = 0;
+    for (int i = 0; i < pr->n; i++) {
+        uint64_t a = UINT64_MAX, z = 0;
+        for (int o = 0; o < pr->items[i].n_options; o++)
+            a = pr->opt[i][o].bytes < a ? pr->opt[i][o].bytes : a, z = pr->opt[i][o].bytes > z ? pr->opt[i][o].bytes : z;
+        *lo += a, *hi += z;
+    }
+}
+
 static void test_min_cost_matches_brute_force(void **state)
 {
     (void)state;
@@ -90,13 +102,8 @@ static void test_min_cost_matches_brute_force(void **state)
     for (int trial = 0; trial < 400; trial++) {
         problem pr;
         make(&pr);
-        uint64_t lo = 0, hi = 0;
-        for (int i = 0; i < pr.n; i++) {
-            uint64_t a = UINT64_MAX, z = 0;
-            for (int o = 0; o < pr.items[i].n_options; o++)
-                a = pr.opt[i][o].bytes < a ? pr.opt[i][o].bytes : a, z = pr.opt[i][o].bytes > z ? pr.opt[i][o].bytes : z;
-            lo += a, hi += z;
-        }
+        uint64_t lo, hi;
+        byte_range(&pr, &lo, &hi);
         uint64_t budget = lo + rnd((uint32_t)(hi - lo + 1));
         double bc = 0;
         uint64_t bb = 0;
@@ -158,13 +165,8 @@ static void test_coarse_table_keeps_budget(void **state)
     for (int trial = 0; trial < 200; trial++) {
         problem pr;
         make(&pr);
-        uint64_t lo = 0, hi = 0;
-        for (int i = 0; i < pr.n; i++) {
-            uint64_t a = UINT64_MAX, z = 0;
-            for (int o = 0; o < pr.items[i].n_options; o++)
-                a = pr.opt[i][o].bytes < a ? pr.opt[i][o].bytes : a, z = pr.opt[i][o].bytes > z ? pr.opt[i][o].bytes : z;
-            lo += a, hi += z;
-        }
+        uint64_t lo, hi;
+        byte_range(&pr, &lo, &hi);
         uint64_t budget = lo + (hi - lo) / 2;
         dsq_alloc_problem p = {.items = pr.items, .n_items = (size_t)pr.n, .goal = DSQ_ALLOC_MIN_COST,
                                .limit_bytes = budget, .max_states = 4};

@@ -120,6 +120,7 @@ static void test_sensitivities(void **state)
     if (!f) DSQ_TEST_SKIP();
     assert_int_equal(dsq_budget_n_tensors(f->b), 15); /* token_embd + 2 x 7 linears */
     assert_int_equal(dsq_budget_n_groups(f->b), 8);
+    assert_true(dsq_budget_combine(f->b) >= 0.5 && dsq_budget_combine(f->b) <= 10);
     for (size_t i = 0; i < dsq_budget_n_tensors(f->b); i++) {
         const dsq_budget_tensor *t = dsq_budget_tensor_at(f->b, i);
         bool wide = strstr(t->name, "ffn_down") != NULL; /* 1536 = 6 x 256: the k-quants fit */
