@@ -38,6 +38,7 @@
 #include "eval/layer_error.h"
 #include "formats/imatrix.h"
 #include "kernels/cpu.h"
+#include "quantizers/mixes.h"
 
 extern char **environ;
 
@@ -164,6 +165,10 @@ static int parse_args(int argc, char **argv, sweep_args *a)
     n = split(a->methods, a->methods_buf, sizeof a->methods_buf, a->method_v, "--methods");
     if (n > 0) return n;
     a->n_methods = -n;
+    for (int i = 0; i < a->n_types; i++) {
+        dsq_ftype ft;
+        if (dsq_ftype_from_name(a->type_v[i], &ft) != DSQ_OK) return usage_error("--types: ", dsq_errmsg());
+    }
     static const char *const known[] = {"plain", "imatrix", "gptq", "budget"};
     for (int i = 0; i < a->n_methods; i++) {
         bool ok = false;

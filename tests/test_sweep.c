@@ -258,6 +258,9 @@ static void test_sweep_and_page(void **state)
     assert_non_null(strstr(err, "unknown method awesome"));
     snprintf(cmd, sizeof cmd, "'%s' sweep '%s' -o '%s/x' --methods budget", DSQ_BINARY, cut, dir);
     assert_int_equal(dsq_test_run(cmd, err, sizeof err), 2);
+    snprintf(cmd, sizeof cmd, "'%s' sweep '%s' -o '%s/x' --types Q4_K_M,Q9", DSQ_BINARY, cut, dir);
+    assert_int_equal(dsq_test_run(cmd, err, sizeof err), 2);
+    assert_non_null(strstr(err, "unknown quantization type \"Q9\""));
 
     char page[4200];
     snprintf(page, sizeof page, "%s/report.html", dir);
