@@ -13,6 +13,7 @@
 #include "formats/block.h"
 #include "formats/hf_names.h"
 #include "formats/imatrix.h"
+#include "quantizers/block_codes.h"
 #include "runtime/model.h"
 #include "runtime/tokenizer.h"
 
@@ -189,6 +190,21 @@ static dsq_status calibrate(gcalib *g, const char *in, const dsq_gguf_calib_opts
     return dsq_seq_quantize(g->m, &rep->calib, &o, &rep->seq, NULL);
 }
 
+/* Every decoder tensor the plan quantizes must be a block type GPTQ can
+ * write; a float --type (F16, BF16) leaves nothing to calibrate. */
+static dsq_status check_types(const dsq_gguf_quantize_report *plan)
+{
+    for (size_t i = 0; i < plan->n_tensors; i++) {
+        const dsq_gguf_quantize_tensor *t = &plan->tensors[i];
+        if (!t->quantized || strncmp(t->name, "blk.", 4) || dsq_block_codes_supported(t->type_out)) continue;
+        return dsq_fail(DSQ_ERR_UNSUPPORTED,
+                        "gguf --method gptq: tensor %s is planned as %s, not a block type GPTQ writes (q4_0, q4_1, "
+                        "q5_0, q5_1, q8_0, q2_K..q6_K, iq4_nl, iq4_xs)",
+                        t->name, dsq_type_name(t->type_out));
+    }
+    return DSQ_OK;
+}
+
 static dsq_status setup(gcalib *g, const char *in, const char *out, const dsq_gguf_quantize_options *gopt,
                         const dsq_gguf_calib_opts *co, dsq_imatrix **im_owned)
 {
@@ -209,6 +225,7 @@ static dsq_status setup(gcalib *g, const char *in, const char *out, const dsq_gg
     po.imatrix = g->im; /* loaded once, above */
     DSQ_TRY(dsq_gguf_quantize_plan(in, &po, &plan));
     g->plan = plan;
+    DSQ_TRY(check_types(plan));
     DSQ_TRY(dsq_strmap_reserve(&g->by_name, plan->n_tensors));
     for (size_t i = 0; i < plan->n_tensors; i++)
         DSQ_TRY(dsq_strmap_put(&g->by_name, plan->tensors[i].name, strlen(plan->tensors[i].name), (int64_t)i, NULL));

@@ -12,7 +12,8 @@
  * - the CLI (which made the file, with --act-order): --json names the method,
  *   the windows and the calibrated tensors; too few calibration
  *   tokens for the widest input, --method awq, calibration options without
- *   --method, an unknown method, an existing output without --force: one
+ *   --method, an unknown method, a float --type (nothing for GPTQ to write),
+ *   an existing output without --force: one
  *   error line, a non-zero exit, nothing written. */
 #include <math.h>
 #include <setjmp.h>
@@ -294,6 +295,11 @@ static void test_cli(void **state)
     assert_non_null(strstr(err, "need --method"));
     snprintf(cmd, sizeof cmd, "'%s' gguf '%s' -o '%s/x.gguf' --type Q4_K_M --method nope", DSQ_BINARY, f->f32, f->dir);
     assert_int_equal(dsq_test_run(cmd, err, sizeof err), 2);
+    /* a float type leaves GPTQ nothing to write */
+    snprintf(cmd, sizeof cmd, "'%s' gguf '%s' -o '%s/x.gguf' --type F16 --method gptq --calib '%s'", DSQ_BINARY, f->f32,
+             f->dir, f->calib);
+    assert_int_equal(dsq_test_run(cmd, err, sizeof err), 1);
+    assert_non_null(strstr(err, "planned as f16, not a block type GPTQ writes"));
     snprintf(cmd, sizeof cmd, "'%s' gguf '%s' -o '%s' --type Q4_K_M --method gptq", DSQ_BINARY, f->f32, out);
     assert_int_equal(dsq_test_run(cmd, err, sizeof err), 1);
     assert_non_null(strstr(err, "--force"));
