@@ -50,8 +50,10 @@ static dsq_status render(const report_args *a)
     st = dsq_outfile_open(a->out, a->force, &f);
     if (st == DSQ_OK) {
         st = dsq_outfile_write(f, html, hlen);
-        if (st == DSQ_OK) st = dsq_outfile_commit(f);
-        else dsq_outfile_abort(f);
+        if (st == DSQ_OK)
+            st = dsq_outfile_commit(f);
+        else
+            dsq_outfile_abort(f);
     }
     free(html);
     return st;

@@ -91,10 +91,14 @@ static int *int_opt(sweep_args *a, const char *opt, long long *lo)
         const char *name;
         size_t off;
         long long min;
-    } ints[] = {{"--chunks", offsetof(sweep_args, chunks), 1},       {"--ctx", offsetof(sweep_args, ctx), 8},
-                {"--imatrix-chunks", offsetof(sweep_args, im_chunks), 1}, {"--n-samples", offsetof(sweep_args, n_samples), 1},
-                {"--seqlen", offsetof(sweep_args, seqlen), 2},       {"--budget-chunks", offsetof(sweep_args, b_chunks), 1},
-                {"--budget-ctx", offsetof(sweep_args, b_ctx), 8},    {"--threads", offsetof(sweep_args, threads), 1}};
+    } ints[] = {{"--chunks", offsetof(sweep_args, chunks), 1},
+                {"--ctx", offsetof(sweep_args, ctx), 8},
+                {"--imatrix-chunks", offsetof(sweep_args, im_chunks), 1},
+                {"--n-samples", offsetof(sweep_args, n_samples), 1},
+                {"--seqlen", offsetof(sweep_args, seqlen), 2},
+                {"--budget-chunks", offsetof(sweep_args, b_chunks), 1},
+                {"--budget-ctx", offsetof(sweep_args, b_ctx), 8},
+                {"--threads", offsetof(sweep_args, threads), 1}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (!strcmp(opt, ints[i].name)) {
             *lo = ints[i].min;
@@ -110,13 +114,13 @@ static int parse_opt(int argc, char **argv, int *i, void *user)
     if (!strcmp(opt, "--force")) return a->force = true, 0;
     if (!strcmp(opt, "--json")) return a->json = true, 0;
     const char **str = !strcmp(opt, "-o") || !strcmp(opt, "--output") ? &a->dir
-                       : !strcmp(opt, "--types")                     ? &a->types
-                       : !strcmp(opt, "--methods")                   ? &a->methods
-                       : !strcmp(opt, "--data")                      ? &a->data
-                       : !strcmp(opt, "--calib")                     ? &a->calib
-                       : !strcmp(opt, "--imatrix")                   ? &a->imatrix
-                       : !strcmp(opt, "--candidates")                ? &a->candidates
-                                                                     : NULL;
+                       : !strcmp(opt, "--types")                      ? &a->types
+                       : !strcmp(opt, "--methods")                    ? &a->methods
+                       : !strcmp(opt, "--data")                       ? &a->data
+                       : !strcmp(opt, "--calib")                      ? &a->calib
+                       : !strcmp(opt, "--imatrix")                    ? &a->imatrix
+                       : !strcmp(opt, "--candidates")                 ? &a->candidates
+                                                                      : NULL;
     long long lo = 0;
     int *num = str ? NULL : int_opt(a, opt, &lo);
     if (!str && !num) return usage_error("unknown option ", opt);
@@ -212,7 +216,8 @@ static char *command_line(const step *s)
     size_t n = (size_t)snprintf(out, cap, "dsquant");
     for (int i = 1; i < s->argc; i++) {
         const char *v = s->argv[i];
-        bool plain = *v && strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.,/=:+") == strlen(v);
+        bool plain =
+            *v && strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.,/=:+") == strlen(v);
         out[n++] = ' ';
         if (plain) {
             n += (size_t)sprintf(out + n, "%s", v);
@@ -261,7 +266,8 @@ static dsq_status run_step(const sweep_args *a, step *s, double *seconds)
     posix_spawn_file_actions_destroy(&fa);
     int status = 0;
     if (!err) {
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
     }
     *seconds = dsq_now_s() - t0;
     dsq_status st = DSQ_OK;
@@ -475,11 +481,13 @@ static void mark_pareto(cJSON *results)
     cJSON *r, *o;
     cJSON_ArrayForEach(r, results)
     {
-        double b = cJSON_GetNumberValue(cJSON_GetObjectItem(r, "bpw")), k = cJSON_GetNumberValue(cJSON_GetObjectItem(r, "kld"));
+        double b = cJSON_GetNumberValue(cJSON_GetObjectItem(r, "bpw")),
+               k = cJSON_GetNumberValue(cJSON_GetObjectItem(r, "kld"));
         bool front = true;
         cJSON_ArrayForEach(o, results)
         {
-            double ob = cJSON_GetNumberValue(cJSON_GetObjectItem(o, "bpw")), ok = cJSON_GetNumberValue(cJSON_GetObjectItem(o, "kld"));
+            double ob = cJSON_GetNumberValue(cJSON_GetObjectItem(o, "bpw")),
+                   ok = cJSON_GetNumberValue(cJSON_GetObjectItem(o, "kld"));
             if (o != r && ob <= b && ok <= k && (ob < b || ok < k)) front = false;
         }
         cJSON_AddBoolToObject(r, "pareto", front);
@@ -531,8 +539,10 @@ static dsq_status write_json(const sweep *w, char **text)
     dsq_outfile *f = NULL;
     DSQ_TRY(dsq_outfile_open(path, true, &f));
     dsq_status st = dsq_outfile_write(f, *text, strlen(*text));
-    if (st == DSQ_OK) st = dsq_outfile_commit(f);
-    else dsq_outfile_abort(f);
+    if (st == DSQ_OK)
+        st = dsq_outfile_commit(f);
+    else
+        dsq_outfile_abort(f);
     return st;
 }
 
@@ -549,8 +559,14 @@ static dsq_status prepare_dir(const sweep_args *a)
 
 int dsq_cmd_sweep(int argc, char **argv)
 {
-    sweep_args a = {.types = "Q4_K_M,Q3_K_M,Q2_K,IQ4_XS", .methods = "plain,imatrix,gptq", .data = "wikitext2",
-                    .calib = "tinyshakespeare", .chunks = 20, .ctx = 512, .im_chunks = 32, .n_samples = 32,
+    sweep_args a = {.types = "Q4_K_M,Q3_K_M,Q2_K,IQ4_XS",
+                    .methods = "plain,imatrix,gptq",
+                    .data = "wikitext2",
+                    .calib = "tinyshakespeare",
+                    .chunks = 20,
+                    .ctx = 512,
+                    .im_chunks = 32,
+                    .n_samples = 32,
                     .seqlen = 512};
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0) return rc;
@@ -566,9 +582,11 @@ int dsq_cmd_sweep(int argc, char **argv)
         free(text);
         return dsq_cli_fail();
     }
-    if (a.json) printf("%s\n", text);
-    else printf("wrote %s/sweep.json (%d files); dsquant report %s -o report.html draws it\n", a.dir,
-                a.n_types * a.n_methods, a.dir);
+    if (a.json)
+        printf("%s\n", text);
+    else
+        printf("wrote %s/sweep.json (%d files); dsquant report %s -o report.html draws it\n", a.dir,
+               a.n_types * a.n_methods, a.dir);
     free(text);
     return 0;
 }

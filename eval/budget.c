@@ -24,7 +24,7 @@
 #define REF_BPW 4.5
 
 static const dsq_type k_default_candidates[] = {
-    DSQ_TYPE_Q2_K, DSQ_TYPE_Q3_K, DSQ_TYPE_Q4_K, DSQ_TYPE_Q5_K,   DSQ_TYPE_Q6_K,   DSQ_TYPE_IQ4_XS,
+    DSQ_TYPE_Q2_K, DSQ_TYPE_Q3_K, DSQ_TYPE_Q4_K, DSQ_TYPE_Q5_K, DSQ_TYPE_Q6_K,   DSQ_TYPE_IQ4_XS,
     DSQ_TYPE_Q4_0, DSQ_TYPE_Q4_1, DSQ_TYPE_Q5_0, DSQ_TYPE_Q5_1, DSQ_TYPE_IQ4_NL, DSQ_TYPE_Q8_0,
 };
 
@@ -167,8 +167,13 @@ static dsq_status visit_tensor(void *user, const dsq_gguf_quantize_tensor *t, co
     for (int c = 0; c < b->n_cands; c++) {
         const dsq_type_info *ti = dsq_type_get((int)b->cands[c]);
         if (t->ne[0] % ti->block_elems) continue;
-        err_job j = {.type = b->cands[c], .x = x, .imatrix = imatrix, .ne0 = t->ne[0], .ne1 = t->ne[1],
-                     .ne2 = t->ne[2] > 0 ? t->ne[2] : 1, .rows = (int64_t)(n / (uint64_t)t->ne[0]),
+        err_job j = {.type = b->cands[c],
+                     .x = x,
+                     .imatrix = imatrix,
+                     .ne0 = t->ne[0],
+                     .ne1 = t->ne[1],
+                     .ne2 = t->ne[2] > 0 ? t->ne[2] : 1,
+                     .rows = (int64_t)(n / (uint64_t)t->ne[0]),
                      .row_bytes = (size_t)(t->ne[0] / ti->block_elems) * ti->block_bytes};
         dsq_budget_option *op = &bt.options[bt.n_options];
         op->type = b->cands[c];
@@ -185,7 +190,8 @@ static dsq_status visit_tensor(void *user, const dsq_gguf_quantize_tensor *t, co
     bt.ref = nearest_ref(&bt);
     bt.group = group_of(b, t->name);
     bt.name = strdup(t->name);
-    if (bt.group < 0 || !bt.name || (b->n == b->cap && !(b->t = realloc(b->t, (b->cap = b->cap * 2 + 16) * sizeof *b->t)))) {
+    if (bt.group < 0 || !bt.name ||
+        (b->n == b->cap && !(b->t = realloc(b->t, (b->cap = b->cap * 2 + 16) * sizeof *b->t)))) {
         free(bt.name);
         return dsq_fail(DSQ_ERR_NOMEM, "budget: out of memory");
     }
@@ -368,7 +374,8 @@ static dsq_status check_opts(dsq_budget *b)
         b->n_cands = dsq_budget_default_candidates(b->cands, DSQ_BUDGET_MAX_CANDIDATES);
     }
     for (int i = 0; i < b->n_cands; i++)
-        if (!writable(b->cands[i])) return dsq_fail(DSQ_ERR_ARG, "budget: cannot produce %s", dsq_type_name(b->cands[i]));
+        if (!writable(b->cands[i]))
+            return dsq_fail(DSQ_ERR_ARG, "budget: cannot produce %s", dsq_type_name(b->cands[i]));
     /* The pid keeps two runs for the same output from sharing scratch files. */
     snprintf(b->base_path, sizeof b->base_path, "%s.budget-%ld-base.logp", o->scratch, (long)getpid());
     snprintf(b->gguf_path, sizeof b->gguf_path, "%s.budget-%ld-group.gguf", o->scratch, (long)getpid());
@@ -424,10 +431,7 @@ double dsq_budget_cost(const dsq_budget *b, size_t i, int option)
 {
     return i < b->n && option >= 0 && option < b->t[i].n_options ? cost_of(b, &b->t[i], option) : NAN;
 }
-const dsq_budget_group *dsq_budget_group_at(const dsq_budget *b, size_t i)
-{
-    return i < b->n_groups ? &b->g[i] : NULL;
-}
+const dsq_budget_group *dsq_budget_group_at(const dsq_budget *b, size_t i) { return i < b->n_groups ? &b->g[i] : NULL; }
 
 /* ---------------------------------------------------------------- solving */
 
@@ -448,7 +452,8 @@ static dsq_status limits(const dsq_budget *b, dsq_budget_kind kind, double targe
         }
         least += lo;
     }
-    if (!isfinite(target) || target <= 0) return dsq_fail(DSQ_ERR_ARG, "budget: target %g is not a positive number", target);
+    if (!isfinite(target) || target <= 0)
+        return dsq_fail(DSQ_ERR_ARG, "budget: target %g is not a positive number", target);
     if (kind == DSQ_BUDGET_KLD) {
         p->goal = DSQ_ALLOC_MIN_BYTES;
         p->limit_cost = target;
@@ -458,8 +463,9 @@ static dsq_status limits(const dsq_budget *b, dsq_budget_kind kind, double targe
     if (kind == DSQ_BUDGET_SIZE) {
         uint64_t fixed = b->plan->header_bytes + b->fixed_padded;
         if (target > 1.8e19 || (uint64_t)target < fixed + least)
-            return dsq_fail(DSQ_ERR_ARG, "budget: a file of %.0f bytes is below the smallest possible, %llu bytes "
-                                         "(every tensor at its smallest candidate)",
+            return dsq_fail(DSQ_ERR_ARG,
+                            "budget: a file of %.0f bytes is below the smallest possible, %llu bytes "
+                            "(every tensor at its smallest candidate)",
                             target, (unsigned long long)(fixed + least));
         p->limit_bytes = (uint64_t)target - fixed;
         return DSQ_OK;
@@ -468,7 +474,8 @@ static dsq_status limits(const dsq_budget *b, dsq_budget_kind kind, double targe
     double bytes = floor(target * n_el / 8.0);
     double least_bpw = (double)(b->fixed_bytes + least) * 8.0 / n_el;
     if (bytes < (double)(b->fixed_bytes + least))
-        return dsq_fail(DSQ_ERR_ARG, "budget: %g bits per weight is below the smallest possible, %.4f", target, least_bpw);
+        return dsq_fail(DSQ_ERR_ARG, "budget: %g bits per weight is below the smallest possible, %.4f", target,
+                        least_bpw);
     p->limit_bytes = (uint64_t)bytes - b->fixed_bytes;
     return DSQ_OK;
 }

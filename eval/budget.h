@@ -50,10 +50,10 @@ typedef enum dsq_budget_kind {
 typedef struct dsq_budget_opts {
     const dsq_type *candidates; /* NULL: dsq_budget_default_candidates */
     int n_candidates;
-    const char *data; /* calibration text: a dataset name or file (default tinyshakespeare) */
-    int ctx;          /* tokens per KLD chunk (default 256) */
-    int chunks;       /* chunks (default 8) */
-    int threads;      /* <= 0: all */
+    const char *data;    /* calibration text: a dataset name or file (default tinyshakespeare) */
+    int ctx;             /* tokens per KLD chunk (default 256) */
+    int chunks;          /* chunks (default 8) */
+    int threads;         /* <= 0: all */
     const char *scratch; /* path prefix for the scratch files (the output path) */
     /* When set, a size or bpw target no candidate set meets fails as soon as
      * the sizes are known, before any KLD is measured. */
@@ -115,11 +115,11 @@ double dsq_budget_cost(const dsq_budget *b, size_t i, int option);
 typedef struct dsq_budget_solution {
     dsq_gguf_tensor_type *types; /* one per budgeted tensor: pass to dsq_gguf_quantize_options */
     size_t n_types;
-    int *choice;                 /* option index per budgeted tensor */
-    uint64_t file_bytes;         /* predicted exactly (header + padded tensors) */
-    uint64_t tensor_bytes;       /* every tensor, unpadded */
+    int *choice;           /* option index per budgeted tensor */
+    uint64_t file_bytes;   /* predicted exactly (header + padded tensors) */
+    uint64_t tensor_bytes; /* every tensor, unpadded */
     uint64_t n_elements;
-    double bpw;                  /* tensor_bytes * 8 / n_elements */
+    double bpw; /* tensor_bytes * 8 / n_elements */
     double predicted_kld;
     dsq_alloc_result alloc;
 } dsq_budget_solution;

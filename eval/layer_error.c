@@ -50,7 +50,8 @@ static dsq_status compare(const dsq_gguf *gb, uint64_t ib, const dsq_gguf *gq, u
     DSQ_TRY(dsq_gguf_tensor(gb, ib, &vb));
     DSQ_TRY(dsq_gguf_tensor(gq, iq, &vq));
     const dsq_type_info *tb = dsq_type_get((int)vb.type), *tq = dsq_type_get((int)vq.type);
-    size_t rb = (size_t)(ne0 / tb->block_elems) * tb->block_bytes, rq = (size_t)(ne0 / tq->block_elems) * tq->block_bytes;
+    size_t rb = (size_t)(ne0 / tb->block_elems) * tb->block_bytes,
+           rq = (size_t)(ne0 / tq->block_elems) * tq->block_bytes;
     float *x = malloc((size_t)ne0 * 2 * sizeof *x);
     if (!x) return dsq_fail(DSQ_ERR_NOMEM, "layer errors: tensor %s: out of memory", t->name);
     dsq_status st = DSQ_OK;

@@ -103,7 +103,9 @@ static dsq_status need_num(const cJSON *o, const char *key, int i, double lo, do
         return DSQ_OK;
     }
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi) {
-        if (i >= 0) return dsq_fail(DSQ_ERR_FORMAT, "report: results[%d].%s: missing or not a number in [%g, %g]", i, key, lo, hi);
+        if (i >= 0)
+            return dsq_fail(DSQ_ERR_FORMAT, "report: results[%d].%s: missing or not a number in [%g, %g]", i, key, lo,
+                            hi);
         return dsq_fail(DSQ_ERR_FORMAT, "report: %s: missing or not a number in [%g, %g]", key, lo, hi);
     }
     *out = v->valuedouble;
@@ -252,7 +254,9 @@ static void ticks(sb *b, const axis *a, bool vertical, double p0, double p1, dou
         for (double v = a->lo; v <= a->hi * 1.0001 && n < 20; v *= 10, n++) {
             double p = ax_pos(a, v, p0, p1);
             if (vertical)
-                putf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"grid\"/><text x=\"%.1f\" y=\"%.1f\" class=\"tick\" text-anchor=\"end\">%g</text>\n",
+                putf(b,
+                     "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"grid\"/><text x=\"%.1f\" "
+                     "y=\"%.1f\" class=\"tick\" text-anchor=\"end\">%g</text>\n",
                      ML, p, W - MR, p, ML - 6, p + 4, v);
             else
                 putf(b, "<text x=\"%.1f\" y=\"%.1f\" class=\"tick\" text-anchor=\"middle\">%g</text>\n", p, other, v);
@@ -265,10 +269,14 @@ static void ticks(sb *b, const axis *a, bool vertical, double p0, double p1, dou
     for (double v = t0; v <= a->hi + step * 1e-9 && n < 40; v += step, n++) {
         double p = ax_pos(a, v, p0, p1);
         if (vertical)
-            putf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"grid\"/><text x=\"%.1f\" y=\"%.1f\" class=\"tick\" text-anchor=\"end\">%.4g</text>\n",
+            putf(b,
+                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"grid\"/><text x=\"%.1f\" y=\"%.1f\" "
+                 "class=\"tick\" text-anchor=\"end\">%.4g</text>\n",
                  ML, p, W - MR, p, ML - 6, p + 4, fabs(v) < step * 1e-9 ? 0.0 : v);
         else
-            putf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"grid\"/><text x=\"%.1f\" y=\"%.1f\" class=\"tick\" text-anchor=\"middle\">%.4g</text>\n",
+            putf(b,
+                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"grid\"/><text x=\"%.1f\" y=\"%.1f\" "
+                 "class=\"tick\" text-anchor=\"middle\">%.4g</text>\n",
                  p, MT, p, H - MB, p, other, v);
     }
 }
@@ -276,8 +284,10 @@ static void ticks(sb *b, const axis *a, bool vertical, double p0, double p1, dou
 static void legend(sb *b, const input *in, double x, double y)
 {
     for (int i = 0; i < in->n_methods; i++) {
-        putf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"5\" class=\"key\" fill=\"%s\"/><text x=\"%.1f\" y=\"%.1f\" class=\"tick\">", x,
-             y + 18.0 * i, color_of(in, in->methods[i]), x + 10, y + 18.0 * i + 4);
+        putf(b,
+             "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"5\" class=\"key\" fill=\"%s\"/><text x=\"%.1f\" y=\"%.1f\" "
+             "class=\"tick\">",
+             x, y + 18.0 * i, color_of(in, in->methods[i]), x + 10, y + 18.0 * i + 4);
         esc(b, in->methods[i]);
         put(b, "</text>\n");
     }
@@ -322,17 +332,23 @@ static void scatter(sb *b, const input *in, bool kld)
     }
     if (!kld && !isnan(in->base_ppl)) ylo = fmin(ylo, in->base_ppl);
     axis ax = make_axis(xlo, xhi, false), ay = make_axis(ylo, yhi, kld);
-    putf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"plot\" id=\"%s\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\">\n",
+    putf(b,
+         "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"plot\" id=\"%s\" width=\"%.0f\" height=\"%.0f\" "
+         "viewBox=\"0 0 %.0f %.0f\">\n",
          kld ? "kld-plot" : "ppl-plot", W, H, W, H);
     putf(b, "<text x=\"%.1f\" y=\"20\" class=\"title\">%s against bits per weight%s</text>\n", ML,
          kld ? "Mean KLD" : "Perplexity", kld && ay.log ? " (log scale)" : "");
     ticks(b, &ay, true, H - MB, MT, 0);
     ticks(b, &ax, false, ML, W - MR, H - MB + 18);
-    putf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" class=\"frame\"/>\n", ML, MT, W - MR - ML, H - MB - MT);
-    putf(b, "<text x=\"%.1f\" y=\"%.1f\" class=\"label\" text-anchor=\"middle\">bits per weight</text>\n", (ML + W - MR) / 2, H - 12);
+    putf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" class=\"frame\"/>\n", ML, MT, W - MR - ML,
+         H - MB - MT);
+    putf(b, "<text x=\"%.1f\" y=\"%.1f\" class=\"label\" text-anchor=\"middle\">bits per weight</text>\n",
+         (ML + W - MR) / 2, H - 12);
     if (!kld && !isnan(in->base_ppl)) {
         double y = ax_pos(&ay, in->base_ppl, H - MB, MT);
-        putf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"base\"/><text x=\"%.1f\" y=\"%.1f\" class=\"tick\">base %.4g</text>\n",
+        putf(b,
+             "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"base\"/><text x=\"%.1f\" y=\"%.1f\" "
+             "class=\"tick\">base %.4g</text>\n",
              ML, y, W - MR, y, W - MR + 4, y + 4, in->base_ppl);
     }
     if (kld) pareto_line(b, in, &ax, &ay);
@@ -342,8 +358,8 @@ static void scatter(sb *b, const input *in, bool kld)
         double px = ax_pos(&ax, p->bpw, ML, W - MR), py = ax_pos(&ay, y, H - MB, MT);
         if (!isnan(e) && e > 0) {
             double y0 = ax_pos(&ay, fmax(y - e, ay.lo), H - MB, MT), y1 = ax_pos(&ay, fmin(y + e, ay.hi), H - MB, MT);
-            putf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"err\" stroke=\"%s\"/>\n", px, y0, px, y1,
-                 color_of(in, p->method));
+            putf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"err\" stroke=\"%s\"/>\n", px, y0, px,
+                 y1, color_of(in, p->method));
         }
         putf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"5\" class=\"pt%s\" fill=\"%s\"><title>", px, py,
              kld && p->pareto ? " front" : "", color_of(in, p->method));
@@ -377,7 +393,9 @@ static void layer_bars(sb *b, const input *in, const char *type)
     double bw = 5, gw = bw * nm + 4, w = ML + MR + gw * groups;
     axis ay = make_axis(0, ymax > 0 ? ymax : 1, false);
     ay.lo = 0;
-    putf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"plot bars\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\">\n",
+    putf(b,
+         "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"plot bars\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 "
+         "%.0f %.0f\">\n",
          w, H * 0.7, w, H * 0.7);
     double h = H * 0.7, bottom = h - MB;
     put(b, "<text x=\"72\" y=\"20\" class=\"title\">");
@@ -388,22 +406,23 @@ static void layer_bars(sb *b, const input *in, const char *type)
         if (strcmp(p->type, type) || !p->n_layers) continue;
         for (int k = 0; k < p->n_layers; k++) {
             double x = ML + gw * (p->layers[k].layer - lo) + bw * m, y = ax_pos(&ay, p->layers[k].rel, bottom, MT);
-            putf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" class=\"bar\" fill=\"%s\"><title>", x, y, bw,
-                 bottom - y, color_of(in, p->method));
+            putf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" class=\"bar\" fill=\"%s\"><title>", x,
+                 y, bw, bottom - y, color_of(in, p->method));
             esc(b, p->method);
             putf(b, ", layer %d: %.4g</title></rect>\n", p->layers[k].layer, p->layers[k].rel);
         }
         m++;
     }
     for (int g = 0; g < groups; g++)
-        if (groups <= 16 || g % 4 == 0 || lo + g == -1)
-        {
+        if (groups <= 16 || g % 4 == 0 || lo + g == -1) {
             char label[16];
             snprintf(label, sizeof label, lo + g < 0 ? "emb/out" : "%d", lo + g);
-            putf(b, "<text x=\"%.1f\" y=\"%.1f\" class=\"tick\" text-anchor=\"middle\">%s</text>\n", ML + gw * g + gw / 2,
-                 bottom + 16, label);
+            putf(b, "<text x=\"%.1f\" y=\"%.1f\" class=\"tick\" text-anchor=\"middle\">%s</text>\n",
+                 ML + gw * g + gw / 2, bottom + 16, label);
         }
-    putf(b, "<text x=\"%.1f\" y=\"%.1f\" class=\"tick\" text-anchor=\"end\">%.3g</text><text x=\"%.1f\" y=\"%.1f\" class=\"tick\" text-anchor=\"end\">0</text>\n",
+    putf(b,
+         "<text x=\"%.1f\" y=\"%.1f\" class=\"tick\" text-anchor=\"end\">%.3g</text><text x=\"%.1f\" y=\"%.1f\" "
+         "class=\"tick\" text-anchor=\"end\">0</text>\n",
          ML - 6, MT + 4, ay.hi, ML - 6, bottom + 4);
     putf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"axis\"/>\n", ML, bottom, w - MR, bottom);
     put(b, "</svg>\n");
@@ -469,7 +488,8 @@ static const char k_style[] =
 
 static void page(sb *b, const input *in)
 {
-    put(b, "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n<title>dsquant sweep: ");
+    put(b, "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n<meta "
+           "charset=\"utf-8\"/>\n<title>dsquant sweep: ");
     esc(b, in->model);
     putf(b, "</title>\n<style>%s</style>\n</head>\n<body>\n<h1>dsquant sweep</h1>\n<p>model <code>", k_style);
     esc(b, in->model);

@@ -35,8 +35,7 @@ static dsq_status check_problem(const dsq_alloc_problem *p)
                             DSQ_ALLOC_MAX_OPTIONS);
         for (int o = 0; o < it->n_options; o++)
             if (!isfinite(it->options[o].cost) || it->options[o].cost < 0)
-                return dsq_fail(DSQ_ERR_NUMERIC, "allocation: %s: option %d has cost %g", name, o,
-                                it->options[o].cost);
+                return dsq_fail(DSQ_ERR_NUMERIC, "allocation: %s: option %d has cost %g", name, o, it->options[o].cost);
     }
     if (p->goal == DSQ_ALLOC_MIN_BYTES && !(p->limit_cost >= 0))
         return dsq_fail(DSQ_ERR_ARG, "allocation: cost limit %g is not a non-negative number", p->limit_cost);
@@ -182,7 +181,8 @@ static dsq_status solve(dp_run *d, uint64_t span, int *choice, dsq_alloc_result 
         /* The least level whose cost meets the limit; relative slack for the
          * order in which sums were added. */
         double lim = p->limit_cost * (1 + 1e-12);
-        for (s = 0; s < d->states && !(dp[s] <= lim); s++) {}
+        for (s = 0; s < d->states && !(dp[s] <= lim); s++) {
+        }
         if (s == d->states) s = d->states - 1; /* unreachable: the cheapest choice meets it */
     }
     backtrack(d, pick, s, choice);

@@ -55,8 +55,8 @@ typedef struct dsq_alloc_problem {
 typedef struct dsq_alloc_result {
     uint64_t bytes; /* total of the chosen options */
     double cost;
-    uint64_t unit;  /* bytes per DP state */
-    bool exact;     /* optimal (the unit divides every extra size) */
+    uint64_t unit; /* bytes per DP state */
+    bool exact;    /* optimal (the unit divides every extra size) */
 } dsq_alloc_result;
 
 /* choice[i] receives the index of item i's chosen option. Fails with

@@ -90,7 +90,8 @@ static void byte_range(const problem *pr, uint64_t *lo, uint64_t *hi)
     for (int i = 0; i < pr->n; i++) {
         uint64_t a = UINT64_MAX, z = 0;
         for (int o = 0; o < pr->items[i].n_options; o++)
-            a = pr->opt[i][o].bytes < a ? pr->opt[i][o].bytes : a, z = pr->opt[i][o].bytes > z ? pr->opt[i][o].bytes : z;
+            a = pr->opt[i][o].bytes < a ? pr->opt[i][o].bytes : a,
+            z = pr->opt[i][o].bytes > z ? pr->opt[i][o].bytes : z;
         *lo += a, *hi += z;
     }
 }
@@ -108,8 +109,8 @@ static void test_min_cost_matches_brute_force(void **state)
         double bc = 0;
         uint64_t bb = 0;
         assert_true(brute(&pr, DSQ_ALLOC_MIN_COST, budget, 0, &bc, &bb));
-        dsq_alloc_problem p = {.items = pr.items, .n_items = (size_t)pr.n, .goal = DSQ_ALLOC_MIN_COST,
-                               .limit_bytes = budget};
+        dsq_alloc_problem p = {
+            .items = pr.items, .n_items = (size_t)pr.n, .goal = DSQ_ALLOC_MIN_COST, .limit_bytes = budget};
         int choice[MAXI];
         dsq_alloc_result r;
         assert_int_equal(dsq_alloc_solve(&p, choice, &r), DSQ_OK);
@@ -142,8 +143,8 @@ static void test_min_bytes_matches_brute_force(void **state)
         double bc = 0;
         uint64_t bb = 0;
         assert_true(brute(&pr, DSQ_ALLOC_MIN_BYTES, 0, limit, &bc, &bb));
-        dsq_alloc_problem p = {.items = pr.items, .n_items = (size_t)pr.n, .goal = DSQ_ALLOC_MIN_BYTES,
-                               .limit_cost = limit};
+        dsq_alloc_problem p = {
+            .items = pr.items, .n_items = (size_t)pr.n, .goal = DSQ_ALLOC_MIN_BYTES, .limit_cost = limit};
         int choice[MAXI];
         dsq_alloc_result r;
         assert_int_equal(dsq_alloc_solve(&p, choice, &r), DSQ_OK);
@@ -168,8 +169,11 @@ static void test_coarse_table_keeps_budget(void **state)
         uint64_t lo, hi;
         byte_range(&pr, &lo, &hi);
         uint64_t budget = lo + (hi - lo) / 2;
-        dsq_alloc_problem p = {.items = pr.items, .n_items = (size_t)pr.n, .goal = DSQ_ALLOC_MIN_COST,
-                               .limit_bytes = budget, .max_states = 4};
+        dsq_alloc_problem p = {.items = pr.items,
+                               .n_items = (size_t)pr.n,
+                               .goal = DSQ_ALLOC_MIN_COST,
+                               .limit_bytes = budget,
+                               .max_states = 4};
         int choice[MAXI];
         dsq_alloc_result r;
         assert_int_equal(dsq_alloc_solve(&p, choice, &r), DSQ_OK);

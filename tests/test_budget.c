@@ -58,8 +58,8 @@ static dsq_budget_opts budget_opts(fixture *f, dsq_type *cands)
 {
     int n = 0;
     assert_int_equal(dsq_budget_parse_candidates(UNDER_SANITIZER ? "q4_0,q8_0" : CANDIDATES, cands, 16, &n), DSQ_OK);
-    dsq_budget_opts o = {.candidates = cands, .n_candidates = n, .data = f->calib, .ctx = 64, .chunks = 2,
-                         .scratch = f->scratch};
+    dsq_budget_opts o = {
+        .candidates = cands, .n_candidates = n, .data = f->calib, .ctx = 64, .chunks = 2, .scratch = f->scratch};
     return o;
 }
 
@@ -267,8 +267,8 @@ static void test_cli_errors(void **state)
              DSQ_BINARY, f->model, f->scratch, f->calib);
     assert_int_equal(dsq_test_run(cmd, err, sizeof err), 1);
     if (!strstr(err, "below the smallest possible")) fail_msg("%s", err);
-    snprintf(cmd, sizeof cmd, "'%s' gguf '%s' -o '%s' --type Q4_K_M --target-bpw 4 --max-kld 0.1", DSQ_BINARY,
-             f->model, f->scratch);
+    snprintf(cmd, sizeof cmd, "'%s' gguf '%s' -o '%s' --type Q4_K_M --target-bpw 4 --max-kld 0.1", DSQ_BINARY, f->model,
+             f->scratch);
     assert_int_equal(dsq_test_run(cmd, err, sizeof err), 2);
     assert_non_null(strstr(err, "give one of"));
     snprintf(cmd, sizeof cmd, "'%s' gguf '%s' -o '%s' --type Q4_K_M --candidates q4_0", DSQ_BINARY, f->model,

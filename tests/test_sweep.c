@@ -108,8 +108,8 @@ static void test_report_page(void **state)
     assert_int_equal(strlen(html), len);
     assert_int_equal(count(html, "<circle"), 2 * 3 + 2 * 2); /* points in both plots + the legends' 2 methods */
     assert_int_equal(count(html, "class=\"pareto\""), 1);
-    assert_int_equal(count(html, "<tr>"), 4); /* header + 3 files */
-    assert_int_equal(count(html, "class=\"plot bars\""), 1); /* only Q4_K_M has layers */
+    assert_int_equal(count(html, "<tr>"), 4);                     /* header + 3 files */
+    assert_int_equal(count(html, "class=\"plot bars\""), 1);      /* only Q4_K_M has layers */
     assert_non_null(strstr(html, "&lt;b&gt;&amp;&#39;Q8&quot;")); /* the type name, escaped */
     assert_null(strstr(html, "<b>"));
     assert_non_null(strstr(html, "dsquant kld m.gguf --data wikitext2"));
