@@ -14,6 +14,7 @@
 #include "core/status.h"
 #include "eval/budget.h"
 #include "formats/gguf_quantize.h"
+#include "formats/imatrix.h"
 #include "kernels/cpu.h"
 #include "quantizers/mixes.h"
 
@@ -518,7 +519,11 @@ static int run_budget(gguf_args *a)
     dsq_gguf_quantize_report *mix = NULL;
     written w = {0};
     double measured = 0, mix_kld = 0;
-    dsq_status st = dsq_budget_measure(a->in, &a->opt, &a->bo, &b);
+    dsq_imatrix *im = NULL; /* loaded once for the measurements and every file */
+    dsq_status st = DSQ_OK;
+    if (a->opt.imatrix_file && !a->opt.imatrix && (st = dsq_imatrix_load(a->opt.imatrix_file, &im)) == DSQ_OK)
+        a->opt.imatrix = im;
+    if (st == DSQ_OK) st = dsq_budget_measure(a->in, &a->opt, &a->bo, &b);
     if (st == DSQ_OK) st = dsq_gguf_quantize_plan(a->in, &a->opt, &mix);
     if (st == DSQ_OK && dsq_budget_predict(b, mix, &mix_kld) != DSQ_OK) {
         DSQ_LOGI("budget: llama.cpp's mix is not compared (%s)", dsq_errmsg());
@@ -538,6 +543,8 @@ static int run_budget(gguf_args *a)
     dsq_gguf_quantize_report_free(mix);
     dsq_budget_solution_free(&s);
     dsq_budget_free(b);
+    a->opt.imatrix = NULL;
+    dsq_imatrix_free(im);
     return rc;
 }
 

@@ -340,7 +340,8 @@ static dsq_status load_imatrix(qrun *r)
         return DSQ_OK;
     }
     r->im = im;
-    DSQ_LOGI("importance matrix %s: %zu entries, dataset '%s', %d chunks", o->imatrix_file ? o->imatrix_file : "(given)",
+    if (!r->quiet)
+        DSQ_LOGI("importance matrix %s: %zu entries, dataset '%s', %d chunks", o->imatrix_file ? o->imatrix_file : "(given)",
              im->n_entries, im->dataset ? im->dataset : "", (int)im->last_chunk);
     return DSQ_OK;
 }
