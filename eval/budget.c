@@ -161,7 +161,7 @@ static dsq_status visit_tensor(void *user, const dsq_gguf_quantize_tensor *t, co
     dsq_budget *b = user;
     uint64_t n = 1;
     for (int d = 0; d < 4; d++) n *= (uint64_t)(t->ne[d] > 0 ? t->ne[d] : 1);
-    dsq_budget_tensor bt = {.n_elements = n};
+    dsq_budget_tensor bt = {.n_elements = n, .kept = t->type_in};
     double *rowerr = malloc((size_t)(n / (uint64_t)t->ne[0]) * sizeof *rowerr);
     if (!rowerr) return dsq_fail(DSQ_ERR_NOMEM, "budget: tensor %s: out of memory", t->name);
     for (int c = 0; c < b->n_cands; c++) {
@@ -306,11 +306,8 @@ static dsq_status group_kld(dsq_budget *b, size_t gi, double *kld)
     size_t n = 0;
     for (size_t i = 0; i < b->n; i++) {
         const dsq_budget_tensor *t = &b->t[i];
-        dsq_type keep = DSQ_TYPE_F32;
-        for (size_t k = 0; k < b->plan->n_tensors; k++)
-            if (!strcmp(b->plan->tensors[k].name, t->name)) keep = b->plan->tensors[k].type_in;
         bool in = gi == SIZE_MAX || (size_t)t->group == gi;
-        tt[n++] = (dsq_gguf_tensor_type){t->name, in ? t->options[t->ref].type : keep};
+        tt[n++] = (dsq_gguf_tensor_type){t->name, in ? t->options[t->ref].type : t->kept};
     }
     dsq_gguf_quantize_options o = b->gopt;
     o.tensor_types = tt;

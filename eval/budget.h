@@ -81,7 +81,8 @@ typedef struct dsq_budget_tensor {
     uint64_t n_elements;
     int n_options;
     dsq_budget_option options[DSQ_BUDGET_MAX_CANDIDATES];
-    int ref; /* option measured for the group's gain */
+    int ref;      /* option measured for the group's gain */
+    dsq_type kept; /* its type in the input: what the other groups' scratch files keep */
 } dsq_budget_tensor;
 
 typedef struct dsq_budget_group {
