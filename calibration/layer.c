@@ -157,11 +157,17 @@ dsq_status dsq_seq_layer_end(dsq_seq_layer *s, dsq_seq_keep *keep)
     return st;
 }
 
-dsq_status dsq_seq_quantize_rtn(dsq_seq_layer *s, int id, dsq_intq_rule rule)
+dsq_status dsq_seq_quantize_rtn(dsq_seq_layer *s, int id, dsq_intq_rule rule, const float *imp)
 {
     dsq_intq_params p = s->o->q;
     p.rule = rule;
-    DSQ_TRY(dsq_intq_quantize(s->w[id], dsq_seq_lin_out(s, id), dsq_seq_lin_in(s, id), &p, NULL, &s->q[id]));
+    dsq_status st =
+        dsq_intq_quantize_weighted(s->w[id], dsq_seq_lin_out(s, id), dsq_seq_lin_in(s, id), &p, NULL, imp, &s->q[id]);
+    if (st != DSQ_OK) {
+        char name[160];
+        dsq_seq_lin_name(s, id, name, sizeof name);
+        return dsq_fail_context(st, "%s", name);
+    }
     s->has_q[id] = true;
     return dsq_intq_dequantize(&s->q[id], s->w[id]);
 }
@@ -206,6 +212,9 @@ static dsq_status on_linear(void *user, int layer, int which, int expert, const 
                             (long long)(tok / sl), (long long)(tok % sl), (long long)(bad % in));
         }
     }
+    if (h->sumsq[which])
+        for (int t = 0; t < n_tok; t++)
+            for (int64_t c = 0; c < in; c++) h->sumsq[which][c] += (double)x[t * in + c] * (double)x[t * in + c];
     if (h->H[which]) DSQ_TRY(dsq_hessian_add(h->H[which], x, n_tok));
     if (h->extra) DSQ_TRY(h->extra(h->extra_user, layer, which, expert, x, n_tok, in));
     return which == h->stop_after ? DSQ_STOP : DSQ_OK;

@@ -330,7 +330,7 @@ static dsq_status clip_and_quantize(awq_st *a)
     for (int id = 0; id < s->d->n_linears; id++) {
         if (!s->ok[id]) continue;
         if (s->o->awq.clip && !s->d->linears[id].scores) DSQ_TRY(clip_linear(a, id));
-        DSQ_TRY(dsq_seq_quantize_rtn(s, id, DSQ_INTQ_RULE_AWQ));
+        DSQ_TRY(dsq_seq_quantize_rtn(s, id, DSQ_INTQ_RULE_AWQ, NULL));
     }
     return DSQ_OK;
 }

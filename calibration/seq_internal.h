@@ -55,8 +55,9 @@ int64_t dsq_seq_lin_out(const dsq_seq_layer *s, int id);
 int64_t dsq_seq_lin_in(const dsq_seq_layer *s, int id);
 /* "model.layers.N.<hf module path>" of linear id, for messages. */
 void dsq_seq_lin_name(const dsq_seq_layer *s, int id, char *buf, size_t cap);
-/* Quantizes s->w[id] by rule, then replaces it by its dequantized value. */
-dsq_status dsq_seq_quantize_rtn(dsq_seq_layer *s, int id, dsq_intq_rule rule);
+/* Quantizes s->w[id] by rule (and the options' grid, its search weighted by
+ * imp [in] when not NULL), then replaces it by its dequantized value. */
+dsq_status dsq_seq_quantize_rtn(dsq_seq_layer *s, int id, dsq_intq_rule rule, const float *imp);
 /* Whether linear id is one of the layer's copies (the layer has it; routed
  * experts are handled one by one, calibration/moe.c). */
 bool dsq_seq_lin_present(const dsq_seq_layer *s, int id);
@@ -86,6 +87,7 @@ typedef struct dsq_seq_hooks {
     float *cap[DSQ_BLOCK_MAX_LINEARS];  /* capture buffers [tokens x in] */
     int64_t cap_tokens;                 /* > 0: captures keep only the first cap_tokens tokens */
     float *amax[DSQ_BLOCK_MAX_LINEARS]; /* per-channel running max |x| [in]; a NaN/Inf input is an error */
+    double *sumsq[DSQ_BLOCK_MAX_LINEARS]; /* per-channel running sum of x^2 [in] (an imatrix's numerator) */
     int64_t row0;                       /* token offset of the current sample */
     int seqlen;                         /* tokens per sample (set by dsq_seq_run_pass, for messages) */
     const dsq_block_desc *d;            /* set by dsq_seq_run_pass, for messages */

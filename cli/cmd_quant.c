@@ -19,9 +19,13 @@
 #include "datasets/registry.h"
 #include "eval/perplexity.h"
 #include "kernels/cpu.h"
+#include "quantizers/intq_search.h"
 #include "runtime/forward.h"
 #include "runtime/model.h"
 #include "runtime/tokenizer.h"
+
+/* The grid rtn and gptq use without --grid. */
+#define DEFAULT_GRID DSQ_INTQ_GRID_MINMAX
 
 static const char g_usage[] =
     "usage: dsquant rtn|awq|gptq MODEL -o OUT [options]\n"
@@ -43,6 +47,11 @@ static const char g_usage[] =
     "                         transformers/AutoGPTQ/GPTQModel, which vLLM does not load)\n"
     "  --static-groups        gptq: group parameters from the original weights\n"
     "  --damp F               gptq: dampening fraction of mean diag(H) (default 0.01)\n"
+    "  --grid G               rtn, gptq: each group's range: minmax (default), mse (the\n"
+    "                         clip ratio 1.00..0.81 with the least sum |w - q|^2.4), or\n"
+    "                         imatrix-mse (ratios 1.00..0.10, error weighted by each\n"
+    "                         input channel's mean x^2: gptq's Hessian diagonal; rtn\n"
+    "                         then calibrates on --calib)\n"
     "  --format F             awq | gptq | compressed-tensors (default: awq for awq,\n"
     "                         gptq otherwise)\n"
     "  --calib NAME|FILE      calibration text: tinyshakespeare (default), gutenberg,\n"
@@ -80,6 +89,7 @@ typedef struct qargs {
     double damp;
     int fmt; /* -1: the method's default */
     int compute; /* -1 auto, 0 f32, 1 bf16 */
+    int grid;    /* dsq_intq_grid; -1: the method's default */
     uint64_t seed;
     int expert_calib, expert_min_tokens;
 } qargs;
@@ -104,6 +114,11 @@ static int parse_value_opt(int argc, char **argv, int *i, qargs *a)
     } else if (!strcmp(opt, "--expert-calib")) {
         a->expert_calib = !val ? -1 : !strcmp(val, "routed") ? 0 : !strcmp(val, "all") ? 1 : -1;
         if (a->expert_calib < 0) return fprintf(stderr, "dsquant: error: --expert-calib takes routed or all\n"), 2;
+    } else if (!strcmp(opt, "--grid")) {
+        if ((a->grid = dsq_intq_grid_parse(val)) < 0)
+            return fprintf(stderr, "dsquant: error: --grid takes minmax, mse or imatrix-mse, not \"%s\"\n",
+                           val ? val : ""),
+                   2;
     } else if (!strcmp(opt, "--compute")) {
         a->compute = !val ? -2 : !strcmp(val, "auto") ? -1 : !strcmp(val, "f32") ? 0 : !strcmp(val, "bf16") ? 1 : -2;
         if (a->compute == -2) return fprintf(stderr, "dsquant: error: --compute takes auto, f32 or bf16\n"), 2;
@@ -140,7 +155,7 @@ static bool is_value_opt(const char *o)
     static const char *const names[] = {"-o",     "--output",  "--calib",   "--format",  "--damp",
                                         "--group", "--seed",    "--w-bit",   "--n-samples", "--seqlen",
                                         "--threads", "--eval-ctx", "--eval-chunks", "--compute", "--loss-samples",
-                                        "--expert-calib", "--expert-min-tokens"};
+                                        "--expert-calib", "--expert-min-tokens", "--grid"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(o, names[i])) return true;
     return false;
@@ -175,6 +190,7 @@ static int parse(int argc, char **argv, qargs *a)
         return 2;
     }
     a->bits = 4, a->group = 128, a->n_samples = 128, a->sym = -1, a->damp = 0.01, a->fmt = -1, a->compute = -1;
+    a->grid = -1;
     a->eval_ctx = 512, a->eval_chunks = 40;
     int n_pos, rc = dsq_cli_walk(argc, argv, argv[0], g_usage, parse_opt, a, &a->model, 1, &n_pos);
     if (rc) return rc;
@@ -190,6 +206,7 @@ static int parse(int argc, char **argv, qargs *a)
     if (a->desc_act) a->act_order = true;
     else if (a->act_order) a->static_groups = true;
     if (!a->seqlen) a->seqlen = a->method->default_seqlen ? a->method->default_seqlen : 512;
+    if (a->grid < 0) a->grid = DEFAULT_GRID;
     return 0;
 }
 
@@ -219,6 +236,8 @@ static dsq_status check_args(const qargs *a)
         return dsq_fail(DSQ_ERR_ARG, "awq needs a group size (AutoAWQ has no per-channel search)");
     if ((a->act_order || a->desc_act || a->static_groups) && a->method != &dsq_method_gptq)
         return dsq_fail(DSQ_ERR_ARG, "--act-order, --desc-act and --static-groups are GPTQ options");
+    if (a->grid != DEFAULT_GRID && a->method != &dsq_method_rtn && a->method != &dsq_method_gptq)
+        return dsq_fail(DSQ_ERR_ARG, "--grid is an rtn and gptq option (awq searches its own clipping)");
     if (a->loss_samples > 0 && a->method != &dsq_method_awq)
         return dsq_fail(DSQ_ERR_ARG, "--loss-samples is an AWQ option");
     if (a->loss_samples > a->n_samples)
@@ -264,6 +283,7 @@ static dsq_status seq_opts(const qargs *a, dsq_seq_opts *o)
     o->q.bits = a->bits;
     o->q.group_size = a->group;
     o->q.sym = a->sym != 0;
+    o->q.grid = (dsq_intq_grid)a->grid;
     o->skip_indivisible = a->skip;
     o->damp = a->damp;
     o->act_order = a->act_order;
@@ -277,13 +297,21 @@ static dsq_status seq_opts(const qargs *a, dsq_seq_opts *o)
     return DSQ_OK;
 }
 
+/* Whether the run calibrates (RTN does only for a weighted grid). */
+static bool uses_data(const qargs *a)
+{
+    dsq_seq_opts o;
+    seq_opts(a, &o);
+    return dsq_method_needs_data_for(a->method, &o);
+}
+
 static dsq_status quantize_into(const qargs *a, dsq_model *m, const dsq_tokenizer *tok, dsq_outdir *d, results *res,
                                 dsq_seq_keep **keep)
 {
     dsq_seq_opts o;
     DSQ_TRY(seq_opts(a, &o));
     DSQ_TRY(dsq_seq_check_groups(m, &o.q, a->skip, &res->n_bad));
-    bool data = dsq_method_needs_data(a->method);
+    bool data = dsq_method_needs_data_for(a->method, &o);
     if (data) {
         dsq_calib_opts co = {a->calib, a->n_samples, a->seqlen, a->seed};
         DSQ_TRY(dsq_calib_load(&co, tok, &res->calib));
@@ -295,7 +323,11 @@ static dsq_status quantize_into(const qargs *a, dsq_model *m, const dsq_tokenize
                          .sym = a->sym != 0,
                          .act_order = a->act_order,
                          .static_groups = a->static_groups,
-                         .damp = a->damp};
+                         .damp = a->damp,
+                         .grid = (dsq_intq_grid)a->grid};
+    if (a->grid != DSQ_INTQ_GRID_MINMAX && a->fmt == DSQ_INT_FORMAT_AWQ)
+        DSQ_LOGI("--format awq has no config key for the group grid; %s is not recorded in the folder",
+                 dsq_intq_grid_get((dsq_intq_grid)a->grid)->name);
     return dsq_int_export(m, data ? &res->calib : NULL, &o, &spec, d, &res->rep, keep);
 }
 
@@ -306,7 +338,7 @@ static void print_results(const qargs *a, const results *r)
                "%ld MiB\n",
                a->method->name, (long long)r->rep.n_quantized, a->bits, a->group, dsq_int_format_name((dsq_int_format)a->fmt),
                (long long)r->rep.n_skipped, r->rep.seconds,
-               !dsq_method_needs_data(a->method) ? "" : r->rep.bf16 ? " (bf16 passes)" : " (f32 passes)",
+               !uses_data(a) ? "" : r->rep.bf16 ? " (bf16 passes)" : " (f32 passes)",
                r->rep.peak_rss_kb / 1024);
         if (r->rep.moe_experts)
             printf("experts: %lld in %lld MoE layers; calibration tokens per expert min %lld, median %lld, max %lld; "
@@ -328,9 +360,11 @@ static void print_results(const qargs *a, const results *r)
     cJSON_AddNumberToObject(o, "bits", a->bits);
     cJSON_AddNumberToObject(o, "group_size", a->group);
     cJSON_AddBoolToObject(o, "sym", a->sym != 0);
+    if (a->method != &dsq_method_awq) /* AWQ searches its own clipping */
+        cJSON_AddStringToObject(o, "grid", dsq_intq_grid_get((dsq_intq_grid)a->grid)->name);
     cJSON_AddNumberToObject(o, "n_quantized", (double)r->rep.n_quantized);
     cJSON_AddNumberToObject(o, "n_unquantized", (double)r->rep.n_skipped);
-    if (dsq_method_needs_data(a->method)) {
+    if (uses_data(a)) {
         cJSON_AddStringToObject(o, "calib", r->calib.path);
         cJSON_AddNumberToObject(o, "n_samples", r->calib.n_samples);
         cJSON_AddNumberToObject(o, "seqlen", r->calib.seqlen);
@@ -340,7 +374,7 @@ static void print_results(const qargs *a, const results *r)
         for (int i = 0; st && r->calib.starts && i < r->calib.n_samples; i++)
             cJSON_AddItemToArray(st, cJSON_CreateNumber((double)r->calib.starts[i]));
     }
-    if (dsq_method_needs_data(a->method)) cJSON_AddStringToObject(o, "compute", r->rep.bf16 ? "bf16" : "f32");
+    if (uses_data(a)) cJSON_AddStringToObject(o, "compute", r->rep.bf16 ? "bf16" : "f32");
     if (r->rep.moe_experts) {
         cJSON *c = cJSON_AddObjectToObject(o, "expert_coverage");
         cJSON_AddStringToObject(c, "expert_calib", a->expert_calib == 1 ? "all" : "routed");

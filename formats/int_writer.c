@@ -11,6 +11,7 @@
 #include "core/grow.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "quantizers/intq_search.h"
 #include "formats/hf_names.h"
 #include "formats/hf_tokenizer.h"
 #include "formats/pack_awq.h"
@@ -332,7 +333,7 @@ static dsq_status unpermute_intq(const dsq_int_writer *w, dsq_permute_kind k, ds
 
 static dsq_status copy_intq(const dsq_intq *src, dsq_intq *dst)
 {
-    dsq_intq_params p = {src->bits, src->group_size, src->sym, DSQ_INTQ_RULE_GPTQ, 0};
+    dsq_intq_params p = {src->bits, src->group_size, src->sym, DSQ_INTQ_RULE_GPTQ, 0, DSQ_INTQ_GRID_MINMAX};
     DSQ_TRY(dsq_intq_alloc(&p, src->rows, src->cols, dst));
     memcpy(dst->codes, src->codes, (size_t)(src->rows * src->cols));
     memcpy(dst->scales, src->scales, (size_t)(src->rows * src->n_groups) * sizeof(float));
@@ -576,6 +577,12 @@ static dsq_status write_json(const dsq_outdir *d, const char *name, cJSON *o)
     return s;
 }
 
+/* llm-compressor's observer names ("imatrix_mse" with an underscore). */
+static const char *ct_observer(dsq_intq_grid g)
+{
+    return g == DSQ_INTQ_GRID_IMATRIX_MSE ? "imatrix_mse" : dsq_intq_grid_get(g)->name;
+}
+
 static dsq_status ct_config(const dsq_int_writer *w, cJSON **out)
 {
     const dsq_int_spec *a = w->spec;
@@ -584,7 +591,7 @@ static dsq_status ct_config(const dsq_int_writer *w, cJSON **out)
     for (size_t i = 0; i < w->n_skipped; i++) ign[i] = w->skipped[i];
     ign[w->n_skipped] = "lm_head";
     dsq_ct_config c = {a->bits, a->group,        a->sym, a->act_order ? (a->static_groups ? "weight" : "group") : NULL,
-                       ign,     w->n_skipped + 1};
+                       ign,     w->n_skipped + 1, a->grid == DSQ_INTQ_GRID_MINMAX ? NULL : ct_observer(a->grid)};
     dsq_status s = dsq_ct_config_json(&c, out);
     free(ign);
     return s;
@@ -597,7 +604,8 @@ static dsq_status gptq_config(const dsq_int_writer *w, cJSON **out)
      * keeps groups in column order (trivial g_idx), which vLLM loads (it
      * refuses desc_act true) */
     dsq_gptq_config c = {a->bits,          a->group, a->damp, a->act_order && !a->static_groups,
-                         a->static_groups, a->sym,   true,    DSQ_GPTQ_FORMAT_V1};
+                         a->static_groups, a->sym,   true,    DSQ_GPTQ_FORMAT_V1,
+                         a->grid == DSQ_INTQ_GRID_MINMAX ? NULL : dsq_intq_grid_get(a->grid)->name};
     DSQ_TRY(dsq_gptq_config_json(&c, out));
     if (!w->n_skipped) return DSQ_OK;
     /* GPTQ configs have no standard skip list; transformers' quantizers read this key */

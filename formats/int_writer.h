@@ -44,6 +44,7 @@ typedef struct dsq_int_spec {
     bool sym;
     bool act_order, static_groups; /* GPTQ's desc_act / static_groups (act order stores g_idx unless static) */
     double damp;                   /* GPTQ's damp_percent, recorded in the config */
+    dsq_intq_grid grid;            /* the groups' grid, recorded where the format has a key for it */
     /* 8-bit schemes (SmoothQuant W8A8, FP8): w8 set, the layers carry q8 */
     bool w8;
     dsq_w8_scheme w8s;

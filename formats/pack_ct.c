@@ -149,7 +149,7 @@ static bool fill_weights(cJSON *w, const dsq_ct_config *c)
               cJSON_AddFalseToObject(w, "dynamic");
     ok = ok && (c->group_size > 0 ? cJSON_AddNumberToObject(w, "group_size", c->group_size) != NULL
                                   : cJSON_AddNullToObject(w, "group_size") != NULL);
-    return ok && cJSON_AddNumberToObject(w, "num_bits", c->bits) && cJSON_AddStringToObject(w, "observer", "minmax") &&
+    return ok && cJSON_AddNumberToObject(w, "num_bits", c->bits) && cJSON_AddStringToObject(w, "observer", c->observer ? c->observer : "minmax") &&
            cJSON_AddObjectToObject(w, "observer_kwargs") &&
            cJSON_AddStringToObject(w, "strategy", c->group_size > 0 ? "group" : "channel") &&
            cJSON_AddBoolToObject(w, "symmetric", c->sym) && cJSON_AddStringToObject(w, "type", "int");

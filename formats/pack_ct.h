@@ -56,6 +56,7 @@ typedef struct dsq_ct_config {
                                   compressed-tensors >= 0.1x, which removed it) */
     const char *const *ignore; /* module names left unquantized, e.g. "lm_head" */
     size_t n_ignore;
+    const char *observer; /* the weights' observer as llm-compressor names it ("mse", ...); NULL: "minmax" */
 } dsq_ct_config;
 
 /* config.json quantization_config with one config group targeting "Linear",

@@ -185,6 +185,15 @@ dsq_status dsq_gptq_config_json(const dsq_gptq_config *c, struct cJSON **out)
               cJSON_AddNullToObject(o, "model_name_or_path") && cJSON_AddNullToObject(o, "model_file_base_name") &&
               cJSON_AddStringToObject(o, "quant_method", "gptq") &&
               cJSON_AddStringToObject(o, "checkpoint_format", c->format == DSQ_GPTQ_FORMAT_V2 ? "gptq_v2" : "gptq");
+    if (ok && c->grid) {
+        cJSON *meta = cJSON_AddObjectToObject(o, "meta"), *who = meta ? cJSON_AddArrayToObject(meta, "quantizer") : NULL;
+        cJSON *name = who ? cJSON_CreateString("dsquant") : NULL;
+        if (name && !cJSON_AddItemToArray(who, name)) {
+            cJSON_Delete(name);
+            name = NULL;
+        }
+        ok = name && cJSON_AddStringToObject(meta, "grid", c->grid);
+    }
     if (!ok) {
         cJSON_Delete(o);
         return dsq_fail(DSQ_ERR_NOMEM, "gptq: out of memory building quantize_config");

@@ -61,6 +61,8 @@ typedef struct dsq_gptq_config {
     double damp_percent;
     bool desc_act, static_groups, sym, true_sequential;
     dsq_gptq_format format;
+    const char *grid; /* a searched group grid ("mse", ...), recorded under "meta" as GPTQModel keeps its own
+                         settings; NULL: none (min/max) */
 } dsq_gptq_config;
 
 /* quantize_config.json as AutoGPTQ's BaseQuantizeConfig.to_dict writes it

@@ -13,6 +13,7 @@
 #include "kernels/gemm_bf16.h" /* x^T x of a BF16 pass */
 #include "kernels/rowupd.h"    /* the factorization's and the updates' inner loops */
 #include "quantizers/gptq_internal.h"
+#include "quantizers/intq_search.h"
 
 #define ROW_TILE 8   /* rows that share each streamed row of U in the batched update */
 #define CHOL_NB 64   /* Cholesky block width */
@@ -350,7 +351,17 @@ typedef struct gptq_ctx {
     int bs;
     dsq_intq *out;
     bool static_groups;
+    const float *imp_orig, *imp_proc; /* diag(H) by original column and in processing order (0 when dead) */
 } gptq_ctx;
+
+/* A group's scale and zero under qp: min/max, or the ratio its grid search
+ * picks with the Hessian diagonal as the importance of each column. */
+static dsq_status group_params(const float *w, int64_t n, const float *imp, const dsq_intq_params *qp, float *s,
+                               int *z)
+{
+    float ratio = dsq_intq_search_ratio(w, n, imp, qp, qp->clip > 0.0f ? qp->clip : 1.0f, NULL);
+    return dsq_intq_group_params(w, n, qp, ratio, s, z);
+}
 
 /* One row's weight in processing order with dead columns zeroed; per-channel
  * and static-group params, which the reference takes before the first update. */
@@ -362,7 +373,7 @@ static void tile_prepare(const gptq_ctx *c, int64_t r, float *wg, float *grp, bo
     if (q->group_size == c->cols) {
         float s;
         int z;
-        dsq_intq_group_params(src, c->cols, c->qp, 1.0f, &s, &z); /* original row: before dead zeroing */
+        group_params(src, c->cols, c->imp_orig, c->qp, &s, &z); /* original row: before dead zeroing */
         q->scales[r] = s;
         q->zeros[r] = (uint8_t)z;
     } else if (static_groups) {
@@ -371,7 +382,7 @@ static void tile_prepare(const gptq_ctx *c, int64_t r, float *wg, float *grp, bo
             for (int i = 0; i < gs; i++) grp[i] = c->dead[g * gs + i] ? 0.0f : src[g * gs + i];
             float s;
             int z;
-            dsq_intq_group_params(grp, gs, c->qp, 1.0f, &s, &z);
+            group_params(grp, gs, c->imp_orig + g * gs, c->qp, &s, &z);
             q->scales[r * q->n_groups + g] = s;
             q->zeros[r * q->n_groups + g] = (uint8_t)z;
         }
@@ -399,7 +410,7 @@ static double row_block(const gptq_ctx *c, int64_t r, const float *wg, float *w1
             *cur_z = q->zeros[r * ng + g];
         } else if (col % gs == 0) {
             /* From the weight as the previous blocks left it (not this block's updates). */
-            if (dsq_intq_group_params(wg + col, gs, c->qp, 1.0f, cur_s, cur_z) != DSQ_OK) {
+            if (group_params(wg + col, gs, c->imp_proc + col, c->qp, cur_s, cur_z) != DSQ_OK) {
                 *cur_s = NAN; /* updates blew up; dsq_intq_validate reports it after the run */
                 *cur_z = 0;
             }
@@ -577,7 +588,8 @@ dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, const d
     uint8_t *dead = malloc((size_t)cols);
     dsq_gptq_key *diag = malloc((size_t)cols * sizeof *diag);
     float *U = (float *)dsq_gptq_alloc_square(cols, sizeof(float));
-    if (!perm || !dead || !diag || !U) {
+    float *imp = malloc(2 * (size_t)cols * sizeof *imp);
+    if (!perm || !dead || !diag || !U || !imp) {
         st = dsq_fail(DSQ_ERR_NOMEM, "gptq: layer %s: out of memory", name);
         goto done;
     }
@@ -589,9 +601,12 @@ dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, const d
     }
     if (o->act_order) qsort(diag, (size_t)cols, sizeof *diag, dsq_gptq_key_cmp);
     for (int64_t i = 0; i < cols; i++) perm[i] = diag[i].i;
+    for (int64_t i = 0; i < cols; i++) imp[i] = dead[i] ? 0.0f : (float)H[i * cols + i];
+    for (int64_t i = 0; i < cols; i++) imp[cols + i] = imp[perm[i]];
     st = dsq_gptq_factor(H, perm, dead, cols, o, name, U, &rep);
     if (st != DSQ_OK) goto done;
-    gptq_ctx ctx = {w, rows, cols, U, perm, dead, &o->q, o->block_size ? o->block_size : 128, out, static_groups};
+    gptq_ctx ctx = {w,   rows, cols, U, perm, dead, &o->q, o->block_size ? o->block_size : 128, out, static_groups,
+                    imp, imp + cols};
     const size_t per_tile = (size_t)(ROW_TILE * cols + ctx.bs + ROW_TILE * ctx.bs + out->group_size);
     st = dsq_gptq_run_tiles(rows, ROW_TILE, per_tile, tile_fn, &ctx, &rep.loss);
     if (st != DSQ_OK) goto done;
@@ -623,6 +638,7 @@ done:
     free(dead);
     free(diag);
     free(U);
+    free(imp);
     if (st != DSQ_OK) dsq_intq_free(out);
     return st;
 }

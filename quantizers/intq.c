@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "quantizers/intq_internal.h"
+#include "quantizers/intq_search.h"
 
 static const int k_group_sizes[] = {32, 64, 128};
 
@@ -17,6 +19,7 @@ bool dsq_intq_fits(const dsq_intq_params *p, int64_t cols)
 {
     if (!p || !bits_ok(p->bits) || cols <= 0 || cols > INT32_MAX) return false;
     if (!(p->clip == 0.0f || (p->clip > 0.0f && p->clip <= 1.0f))) return false;
+    if (!dsq_intq_grid_get(p->grid)) return false;
     if (p->group_size == -1 || p->group_size == cols) return true;
     for (size_t i = 0; i < sizeof k_group_sizes / sizeof k_group_sizes[0]; i++)
         if (p->group_size == k_group_sizes[i]) return cols % p->group_size == 0;
@@ -31,6 +34,7 @@ dsq_status dsq_intq_check(const dsq_intq_params *p, int64_t cols)
         return dsq_fail(DSQ_ERR_ARG, "intq: input width %lld is out of range", (long long)cols);
     if (!(p->clip == 0.0f || (p->clip > 0.0f && p->clip <= 1.0f)))
         return dsq_fail(DSQ_ERR_ARG, "intq: clip ratio %g is not in (0, 1]", (double)p->clip);
+    if (!dsq_intq_grid_get(p->grid)) return dsq_fail(DSQ_ERR_ARG, "intq: unknown group grid %d", (int)p->grid);
     if (p->group_size == -1 || p->group_size == cols) return DSQ_OK; /* one group per row, however spelled */
     bool known = false;
     for (size_t i = 0; i < sizeof k_group_sizes / sizeof k_group_sizes[0]; i++)
@@ -55,19 +59,31 @@ static float effective_clip(const dsq_intq_params *p, float clip)
     return c * clip;
 }
 
-/* Params of one group plus the clamp bound t the AWQ rule applies to the
- * values themselves (INFINITY when it does not clamp). */
-static void group_params_t(const float *w, int64_t n, const dsq_intq_params *p, float clip, float *scale, int *zero,
-                           float *t_out)
+void dsq_intq_min_max(const float *w, int64_t n, float *mn_out, float *mx_out)
 {
-    const int maxq = dsq_intq_maxq(p->bits);
-    const int mid = 1 << (p->bits - 1);
     float mn = w[0], mx = w[0];
     /* comparisons, not fminf/fmaxf (library calls at -O2): values are finite here */
     for (int64_t i = 1; i < n; i++) {
         mn = w[i] < mn ? w[i] : mn;
         mx = w[i] > mx ? w[i] : mx;
     }
+    *mn_out = mn;
+    *mx_out = mx;
+}
+
+void dsq_intq_rule_params(const float *w, int64_t n, const dsq_intq_params *p, float clip, float *scale, int *zero,
+                          float *t_out)
+{
+    float mn, mx;
+    dsq_intq_min_max(w, n, &mn, &mx);
+    dsq_intq_range_params(mn, mx, p, clip, scale, zero, t_out);
+}
+
+void dsq_intq_range_params(float mn, float mx, const dsq_intq_params *p, float clip, float *scale, int *zero,
+                           float *t_out)
+{
+    const int maxq = dsq_intq_maxq(p->bits);
+    const int mid = 1 << (p->bits - 1);
     *t_out = INFINITY;
     if (p->rule == DSQ_INTQ_RULE_AWQ) {
         if (clip < 1.0f) {
@@ -124,7 +140,7 @@ dsq_status dsq_intq_group_params(const float *w, int64_t n, const dsq_intq_param
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(w[i])) return dsq_fail(DSQ_ERR_NUMERIC, "intq: group value %lld is not finite", (long long)i);
     float t;
-    group_params_t(w, n, p, c, scale, zero, &t);
+    dsq_intq_rule_params(w, n, p, c, scale, zero, &t);
     return DSQ_OK;
 }
 
@@ -190,6 +206,20 @@ static dsq_status check_finite(const float *w, int64_t rows, int64_t cols, int g
 dsq_status dsq_intq_quantize(const float *w, int64_t rows, int64_t cols, const dsq_intq_params *p,
                              const float *group_clip, dsq_intq *out)
 {
+    return dsq_intq_quantize_weighted(w, rows, cols, p, group_clip, NULL, out);
+}
+
+/* The first importance entry that is negative or not finite, or -1. */
+static int64_t bad_importance(const float *imp, int64_t cols)
+{
+    for (int64_t c = 0; imp && c < cols; c++)
+        if (!(imp[c] >= 0.0f) || !isfinite(imp[c])) return c;
+    return -1;
+}
+
+dsq_status dsq_intq_quantize_weighted(const float *w, int64_t rows, int64_t cols, const dsq_intq_params *p,
+                                      const float *group_clip, const float *imp, dsq_intq *out)
+{
     if (!w || !out) return dsq_fail(DSQ_ERR_ARG, "intq: no weight or output");
     DSQ_TRY(dsq_intq_alloc(p, rows, cols, out));
     const int gs = out->group_size;
@@ -204,6 +234,10 @@ dsq_status dsq_intq_quantize(const float *w, int64_t rows, int64_t cols, const d
                 break;
             }
     }
+    int64_t bad = st == DSQ_OK ? bad_importance(imp, cols) : -1;
+    if (bad >= 0)
+        st = dsq_fail(DSQ_ERR_NUMERIC, "intq: importance of input column %lld is %g (finite, >= 0 wanted)",
+                      (long long)bad, (double)imp[bad]);
     if (st != DSQ_OK) {
         dsq_intq_free(out);
         return st;
@@ -213,9 +247,10 @@ dsq_status dsq_intq_quantize(const float *w, int64_t rows, int64_t cols, const d
         for (int64_t g = 0; g < ng; g++) {
             const float *src = w + r * cols + g * gs;
             float clip = effective_clip(p, group_clip ? group_clip[r * ng + g] : 1.0f);
+            clip *= dsq_intq_search_ratio(src, gs, imp ? imp + g * gs : NULL, p, clip, NULL);
             float s, t;
             int z;
-            group_params_t(src, gs, p, clip, &s, &z, &t);
+            dsq_intq_rule_params(src, gs, p, clip, &s, &z, &t);
             out->scales[r * ng + g] = s;
             out->zeros[r * ng + g] = (uint8_t)z;
             uint8_t *dst = out->codes + r * cols + g * gs;

@@ -47,12 +47,23 @@ typedef enum dsq_intq_rule {
     DSQ_INTQ_RULE_GPTQ = 1,
 } dsq_intq_rule;
 
+/* How a group's range is chosen before the rule turns it into s and z:
+ * its min/max as the rule says, or the clip ratio of a searched grid that
+ * minimizes the group's reconstruction error (quantizers/intq_search.h). */
+typedef enum dsq_intq_grid {
+    DSQ_INTQ_GRID_MINMAX = 0,
+    DSQ_INTQ_GRID_MSE,         /* sum |w - q|^2.4 over ratios 1.00 .. 0.81 (GPTQ's and llm-compressor's mse) */
+    DSQ_INTQ_GRID_IMATRIX_MSE, /* sum imp * |w - q|^3 over ratios 1.00 .. 0.10 (llm-compressor's imatrix_mse) */
+    DSQ_INTQ_GRID_N
+} dsq_intq_grid;
+
 typedef struct dsq_intq_params {
     int bits;           /* 2, 3, 4 or 8 */
     int group_size;     /* 32, 64, 128, or -1 for one group per row */
     bool sym;           /* symmetric: z = 2^(bits-1) everywhere */
     dsq_intq_rule rule; /* how s and z are chosen (see above) */
     float clip;         /* range ratio in (0, 1]; 0 means 1 (no clipping) */
+    dsq_intq_grid grid; /* min/max (0) or a searched clip ratio per group */
 } dsq_intq_params;
 
 /* Integer codes, scales and zeros of one [rows x cols] weight. Codes are in the
@@ -101,9 +112,15 @@ void dsq_intq_free(dsq_intq *q);
 
 /* RTN: quantizes w [rows x cols] group by group. group_clip, when not NULL,
  * holds one extra clip ratio per (row, group) ([rows x n_groups], e.g. AWQ's
- * searched max-value shrink), applied on top of p->clip. */
+ * searched max-value shrink), applied on top of p->clip. A searched p->grid
+ * picks each group's ratio on top of those (uniform weights). */
 dsq_status dsq_intq_quantize(const float *w, int64_t rows, int64_t cols, const dsq_intq_params *p,
                              const float *group_clip, dsq_intq *out);
+/* The same with the search's error weighted per input column by imp [cols]
+ * (mean x^2 of the linear's input, or a Hessian diagonal; NULL: uniform;
+ * negative or non-finite entries are an error). */
+dsq_status dsq_intq_quantize_weighted(const float *w, int64_t rows, int64_t cols, const dsq_intq_params *p,
+                                      const float *group_clip, const float *imp, dsq_intq *out);
 
 /* w[r, c] = (codes[r, c] - zeros[r, g]) * scales[r, g], g = g_idx[c] or c / group_size. */
 dsq_status dsq_intq_dequantize(const dsq_intq *q, float *w);

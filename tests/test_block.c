@@ -245,7 +245,7 @@ static void test_pack_shapes_match_packers(void **state)
             for (size_t gi = 0; gi < 3; gi++)
                 for (int sym = 0; sym < 2; sym++)
                     for (int ao = 0; ao < 2; ao++) {
-                        dsq_intq_params p = {bits[bi], groups[gi], sym != 0, DSQ_INTQ_RULE_GPTQ, 0};
+                        dsq_intq_params p = {bits[bi], groups[gi], sym != 0, DSQ_INTQ_RULE_GPTQ, 0, DSQ_INTQ_GRID_MINMAX};
                         dsq_intq q;
                         if (dsq_intq_alloc(&p, shapes[si][0], shapes[si][1], &q) != DSQ_OK) continue;
                         fill_intq(&q, ao);

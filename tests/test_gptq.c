@@ -6,7 +6,8 @@
  *   U^T U = H^-1, on a size that is not a multiple of the block width.
  * - a diagonal (and a scaled identity) Hessian leaves nothing to compensate:
  *   codes, scales and zeros equal RTN's exactly, for every bits/group/sym, with
- *   and without act-order + static groups.
+ *   and without act-order + static groups, and for every group grid (the
+ *   searched ones with RTN weighted by the Hessian's diagonal).
  * - correlated inputs: ||X W^T - X Wq^T|| of GPTQ never above RTN's, for three
  *   draws of inputs and weights.
  * - act-order: g_idx is a valid grouping (each group exactly group_size
@@ -230,23 +231,29 @@ static void test_diagonal_equals_rtn(void **state)
         H[i * cols + i] = 0.5 + fabs((double)dsq_test_randn(&seed));
         I[i * cols + i] = 3.0;
     }
+    /* the group search's importance: GPTQ's is diag(H), which RTN is given here */
+    float *hd = malloc(sizeof(float) * cols), *id = malloc(sizeof(float) * cols);
+    for (int i = 0; i < cols; i++) hd[i] = (float)H[i * cols + i], id[i] = 3.0f;
     const int bits[] = {2, 3, 4, 8}, gss[] = {32, 128, -1};
     for (int b = 0; b < 4; b++)
         for (int g = 0; g < 3; g++)
             for (int sym = 0; sym < 2; sym++)
-                for (int mode = 0; mode < 3; mode++) {
+                for (int mode = 0; mode < 3 * DSQ_INTQ_GRID_N; mode++) {
                     dsq_gptq_opts o = dsq_gptq_default_opts();
                     o.q.bits = bits[b];
                     o.q.group_size = gss[g];
                     o.q.sym = sym;
+                    o.q.grid = (dsq_intq_grid)(mode / 3);
+                    const float *imp = mode % 3 == 2 ? id : hd;
                     o.name = "diag";
-                    /* mode 0: plain; 1: act-order + static groups; 2: identity H, act-order */
-                    o.act_order = mode >= 1;
-                    o.static_groups = mode == 1;
+                    /* mode % 3 == 0: plain; 1: act-order + static groups; 2: identity H, act-order;
+                     * mode / 3: the group grid (min/max, mse, imatrix-mse) */
+                    o.act_order = mode % 3 >= 1;
+                    o.static_groups = mode % 3 == 1;
                     dsq_intq gq, rq;
                     dsq_gptq_report rep;
-                    assert_int_equal(dsq_gptq_quantize(w, rows, cols, mode == 2 ? I : H, &o, &gq, &rep), DSQ_OK);
-                    assert_int_equal(dsq_intq_quantize(w, rows, cols, &o.q, NULL, &rq), DSQ_OK);
+                    assert_int_equal(dsq_gptq_quantize(w, rows, cols, mode % 3 == 2 ? I : H, &o, &gq, &rep), DSQ_OK);
+                    assert_int_equal(dsq_intq_quantize_weighted(w, rows, cols, &o.q, NULL, imp, &rq), DSQ_OK);
                     assert_null(gq.g_idx); /* static groups or identity order: trivial g_idx */
                     assert_memory_equal(gq.codes, rq.codes, (size_t)rows * cols);
                     assert_memory_equal(gq.scales, rq.scales, sizeof(float) * rows * rq.n_groups);
@@ -260,6 +267,8 @@ static void test_diagonal_equals_rtn(void **state)
     free(w);
     free(H);
     free(I);
+    free(hd);
+    free(id);
 }
 
 static double output_error(const float *x, int n, const float *w, const float *wq, int rows, int cols)

@@ -25,7 +25,7 @@
 
 static dsq_intq_params P(int bits, int gs, bool sym, dsq_intq_rule rule)
 {
-    dsq_intq_params p = {bits, gs, sym, rule, 1.0f};
+    dsq_intq_params p = {bits, gs, sym, rule, 1.0f, DSQ_INTQ_GRID_MINMAX};
     return p;
 }
 

@@ -35,7 +35,7 @@
 /* An intq [rows x cols] whose codes come from f(n, k) and zeros from z(n, g). */
 static void make_intq(dsq_intq *q, int bits, int gs, bool sym, int64_t rows, int64_t cols)
 {
-    dsq_intq_params p = {bits, gs, sym, DSQ_INTQ_RULE_GPTQ, 1.0f};
+    dsq_intq_params p = {bits, gs, sym, DSQ_INTQ_RULE_GPTQ, 1.0f, DSQ_INTQ_GRID_MINMAX};
     assert_int_equal(dsq_intq_alloc(&p, rows, cols, q), DSQ_OK);
     for (int64_t i = 0; i < rows * q->n_groups; i++) {
         q->scales[i] = 0.5f;
@@ -419,7 +419,7 @@ static void test_configs(void **state)
     assert_true(cJSON_IsNull(item(o, "modules_to_not_convert")));
     cJSON_Delete(o);
 
-    dsq_gptq_config gc = {3, -1, 0.01, true, false, true, true, DSQ_GPTQ_FORMAT_V1};
+    dsq_gptq_config gc = {3, -1, 0.01, true, false, true, true, DSQ_GPTQ_FORMAT_V1, NULL};
     assert_int_equal(dsq_gptq_config_json(&gc, &o), DSQ_OK);
     assert_string_equal(item(o, "quant_method")->valuestring, "gptq");
     assert_string_equal(item(o, "checkpoint_format")->valuestring, "gptq");
@@ -437,7 +437,7 @@ static void test_configs(void **state)
     gc.damp_percent = 0.0; /* transformers refuses it */
     assert_int_equal(dsq_gptq_config_json(&gc, &o), DSQ_ERR_ARG);
 
-    dsq_ct_config cc = {4, 128, false, NULL, skip, 1};
+    dsq_ct_config cc = {4, 128, false, NULL, skip, 1, NULL};
     assert_int_equal(dsq_ct_config_json(&cc, &o), DSQ_OK);
     assert_string_equal(item(o, "quant_method")->valuestring, "compressed-tensors");
     assert_string_equal(item(o, "format")->valuestring, "pack-quantized");

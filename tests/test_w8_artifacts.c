@@ -886,7 +886,7 @@ static bool gptq_desc_act(const dsq_model *m, const char *out, bool static_group
     expect_ok(dsq_int_writer_rows(w, m->vocab, m->dim, rows_of, &E));
     dsq_linear_release(&E);
     float *f = malloc(T_FFN * T_FFN * sizeof *f);
-    dsq_intq_params p = {4, 32, true, DSQ_INTQ_RULE_GPTQ, 0};
+    dsq_intq_params p = {4, 32, true, DSQ_INTQ_RULE_GPTQ, 0, DSQ_INTQ_GRID_MINMAX};
     for (int l = 0; l < T_LAYERS; l++) {
         dsq_int_layer L;
         memset(&L, 0, sizeof L);

@@ -381,10 +381,10 @@ static void quant_configs(void)
     cJSON *j = NULL;
     need(dsq_awq_config_json(32, ignore, 1, &j), "awq");
     quant_seed("awq", j, NULL);
-    dsq_gptq_config g = {4, 32, 0.01, false, false, true, true, 0};
+    dsq_gptq_config g = {4, 32, 0.01, false, false, true, true, 0, NULL};
     need(dsq_gptq_config_json(&g, &j), "gptq");
     quant_seed("gptq", j, NULL);
-    dsq_ct_config c = {4, 32, true, NULL, ignore, 1};
+    dsq_ct_config c = {4, 32, true, NULL, ignore, 1, NULL};
     need(dsq_ct_config_json(&c, &j), "ct");
     quant_seed("ct-w4", j, NULL);
     static const char *const names[] = {"w8a8", "w8a8-static", "fp8", "fp8-dynamic", "fp8-block", "fp8-w"};

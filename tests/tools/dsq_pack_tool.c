@@ -72,7 +72,7 @@ static int parse(int argc, char **argv, opts *o)
     memset(o, 0, sizeof *o);
     o->rows = 64;
     o->cols = 256;
-    o->q = (dsq_intq_params){4, 128, false, DSQ_INTQ_RULE_GPTQ, 1.0f};
+    o->q = (dsq_intq_params){4, 128, false, DSQ_INTQ_RULE_GPTQ, 1.0f, DSQ_INTQ_GRID_MINMAX};
     o->scale_type = DSQ_TYPE_F16;
     o->seed = 1;
     if (argc < 2) return usage();
@@ -257,7 +257,7 @@ static dsq_status write_gptq(const opts *o, const dsq_intq *q)
     char dir[4096];
     cJSON *cfg = NULL;
     dsq_gptq_config gc = {o->q.bits,        o->q.group_size, 0.01, o->act_order,
-                          o->static_groups, o->q.sym,        true, DSQ_GPTQ_FORMAT_V1};
+                          o->static_groups, o->q.sym,        true, DSQ_GPTQ_FORMAT_V1, NULL};
     st = subdir(o->out, "gptq", dir, sizeof dir);
     if (st == DSQ_OK) st = write_packed(dir, &p);
     if (st == DSQ_OK) st = dsq_gptq_config_json(&gc, &cfg);
@@ -277,7 +277,7 @@ static dsq_status write_ct(const opts *o, const dsq_intq *q)
     const char *skip[] = {"lm_head"};
     /* act-order with static groups needs no g_idx ("weight"); without, g_idx ("group"). */
     const char *actorder = !o->act_order || q->group_size == q->cols ? NULL : q->g_idx ? "group" : "weight";
-    dsq_ct_config cc = {o->q.bits, o->q.group_size, o->q.sym, actorder, skip, 1};
+    dsq_ct_config cc = {o->q.bits, o->q.group_size, o->q.sym, actorder, skip, 1, NULL};
     dsq_status st = subdir(o->out, "ct", dir, sizeof dir);
     if (st == DSQ_OK) st = write_packed(dir, &p);
     if (st == DSQ_OK) st = dsq_ct_config_json(&cc, &cfg);
