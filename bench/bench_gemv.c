@@ -237,12 +237,13 @@ static double gflops(const gshape *s, double secs)
 
 static void run_gemm(const opts *o)
 {
-    printf("\nF32 and BF16 GEMM, %d reps, best; GFLOP/s (2 m n k / s); BF16 kernel: %s\n\n"
-           "| m x n x k | dsq_gemm_f32 1 thr |",
-           o->reps, dsq_cpu_use_bf16_gemm() ? "AVX512-BF16" : "scalar reference");
+    printf("\nF32 and BF16 GEMM, %d reps, best; GFLOP/s (2 m n k / s); F32 kernel: %s; BF16 kernel: %s\n\n"
+           "| m x n x k | dsq_gemm_f32 1 thr AVX2 | dsq_gemm_f32 1 thr | ratio |",
+           o->reps, dsq_cpu_use_avx512_gemm() ? "AVX-512 12x32" : "AVX2 6x16",
+           dsq_cpu_use_bf16_gemm() ? "AVX512-BF16" : "scalar reference");
     for (int t = 0; t < o->n_threads; t++)
         printf(" linear F32 %d thr | linear BF16 %d thr | BF16/F32 |", o->threads[t], o->threads[t]);
-    printf("\n|---|---:|");
+    printf("\n|---|---:|---:|---:|");
     for (int t = 0; t < o->n_threads; t++) printf("---:|---:|---:|");
     printf("\n");
     for (size_t si = 0; si < sizeof g_shapes / sizeof *g_shapes; si++) {
@@ -257,14 +258,19 @@ static void run_gemm(const opts *o)
         }
         for (int64_t i = 0; i < s->m * s->k; i++) A[i] = randn();
         for (int64_t i = 0; i < s->n * s->k; i++) B[i] = randn();
-        double best = 1e30;
-        for (int r = -1; r < o->reps; r++) {
-            double t0 = dsq_now_s();
-            dsq_gemm_f32(DSQ_GEMM_BT, s->m, s->n, s->k, A, s->k, B, s->k, C, s->n, false, scratch);
-            double t = dsq_now_s() - t0;
-            if (r >= 0 && t < best) best = t;
-        }
-        printf("| %lld x %lld x %lld | %.1f |", (long long)s->m, (long long)s->n, (long long)s->k, gflops(s, best));
+        /* the AVX2 kernel forced against the run-time choice, interleaved */
+        double best[2] = {1e30, 1e30};
+        for (int r = -1; r < o->reps; r++)
+            for (int v = 0; v < 2; v++) {
+                dsq_cpu_set_isa(v ? DSQ_CPU_ISA_AUTO : DSQ_CPU_ISA_AVX2);
+                double t0 = dsq_now_s();
+                dsq_gemm_f32(DSQ_GEMM_BT, s->m, s->n, s->k, A, s->k, B, s->k, C, s->n, false, scratch);
+                double t = dsq_now_s() - t0;
+                if (r >= 0 && t < best[v]) best[v] = t;
+            }
+        dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+        printf("| %lld x %lld x %lld | %.1f | %.1f | %.2fx |", (long long)s->m, (long long)s->n, (long long)s->k,
+               gflops(s, best[0]), gflops(s, best[1]), best[0] / best[1]);
         dsq_linear W;
         if (dsq_linear_init(&W, DSQ_TYPE_F32, B, s->n, s->k) != DSQ_OK) die("linear");
         for (int t = 0; t < o->n_threads; t++) {

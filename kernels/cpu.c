@@ -19,6 +19,11 @@ bool dsq_cpu_use_avx2(void)
 
 void dsq_cpu_set_threads(int n) { g_threads = n > 0 ? n : 0; }
 
+bool dsq_cpu_use_avx512_gemm(void)
+{
+    return g_isa != DSQ_CPU_ISA_AVX2 && dsq_cpu_use_avx2() && dsq_cpu_has(DSQ_CPU_AVX512F);
+}
+
 int dsq_cpu_threads(void)
 {
     if (g_threads > 0) return g_threads;

@@ -53,6 +53,9 @@ typedef enum dsq_cpu_isa {
     DSQ_CPU_ISA_AUTO = 0, /* AVX2+FMA when the CPU has it, else scalar */
     DSQ_CPU_ISA_SCALAR,
     DSQ_CPU_ISA_AVX2, /* falls back to scalar on a CPU without AVX2+FMA */
+    /* AUTO's choice, named: AVX2+FMA, and the AVX-512 F32 GEMM kernel where
+     * the CPU has AVX512F; forcing AVX2 instead keeps that kernel off */
+    DSQ_CPU_ISA_AVX512,
 } dsq_cpu_isa;
 
 /* Process-wide; call while no kernel runs. The GGUF quantizers ignore it: their
@@ -61,6 +64,9 @@ typedef enum dsq_cpu_isa {
 void dsq_cpu_set_isa(dsq_cpu_isa isa);
 /* True when the kernels should take their AVX2+FMA(+F16C) paths now. */
 bool dsq_cpu_use_avx2(void);
+/* True when dsq_gemm_f32 should take its 12x32 AVX-512 kernel now: AVX2 is in
+ * use, the CPU has AVX512F and AVX2 alone is not forced. */
+bool dsq_cpu_use_avx512_gemm(void);
 /* True when dsq_gemm_bf16 should take its AVX512-BF16 kernel now (the CPU has
  * it and the scalar reference is not forced). */
 bool dsq_cpu_use_bf16_gemm(void);

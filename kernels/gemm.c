@@ -1,8 +1,8 @@
 /* Blocking after the GotoBLAS/BLIS layout: for each block of KC columns of A
  * the matching rows of op(B) are packed into 16-wide panels (zero padded), so
  * the micro-kernel streams one panel from L1 while 6 rows of A are broadcast
- * one element at a time. Edge tiles (fewer than 6 rows or 16 columns) run the
- * same kernel on padded copies. */
+ * one element at a time (12 rows against two panels with AVX-512). Edge tiles
+ * (fewer than 6 rows or 16 columns) run the same kernel on padded copies. */
 #include "kernels/gemm.h"
 
 #include <stdlib.h>
@@ -82,9 +82,58 @@ static void edge_tile(kernel_fn kern, int64_t kc, const float *A, int64_t lda, i
     for (int64_t i = 0; i < mr; i++) memcpy(C + i * ldc, ctmp + i * NR, (size_t)nr * sizeof(float));
 }
 
+/* One K block of the product, its B panels packed: the shared arguments of
+ * the tile loops below. */
+typedef struct kblock {
+    kernel_fn kern;
+    int64_t m, n, np, kc;
+    const float *A; /* at the block's first column */
+    int64_t lda;
+    const float *Bp;
+    float *C;
+    int64_t ldc;
+    bool acc;
+    float *apad, *ctmp;
+} kblock;
+
+/* Rows i0..i1-1 of C against panels q0.. in 6x16 tiles. */
+static void narrow_tiles(const kblock *b, int64_t i0, int64_t i1, int64_t q0)
+{
+    for (; i0 < i1; i0 += MR) {
+        int64_t mr = i1 - i0 < MR ? i1 - i0 : MR;
+        const float *Ab = b->A + i0 * b->lda;
+        for (int64_t q = q0; q < b->np; q++) {
+            int64_t nr = b->n - q * NR < NR ? b->n - q * NR : NR;
+            float *Cb = b->C + i0 * b->ldc + q * NR;
+            const float *Bq = b->Bp + q * NR * b->kc;
+            if (mr == MR && nr == NR)
+                b->kern(b->kc, Ab, b->lda, Bq, Cb, b->ldc, b->acc);
+            else
+                edge_tile(b->kern, b->kc, Ab, b->lda, mr, Bq, Cb, b->ldc, nr, b->acc, b->apad, b->ctmp);
+        }
+    }
+}
+
+/* Whole 12-row blocks in 12x32 tiles over pairs of whole panels; what is
+ * left (the last rows, a last odd or partial panel) in 6x16 tiles, whose
+ * bits per element are the same. Returns the first row not done. */
+static int64_t wide_tiles(const kblock *b)
+{
+    int64_t pairs = b->n / DSQ_GEMM_WIDE_NR, i0 = 0;
+    for (; i0 + DSQ_GEMM_WIDE_MR <= b->m; i0 += DSQ_GEMM_WIDE_MR) {
+        const float *Ab = b->A + i0 * b->lda;
+        for (int64_t q2 = 0; q2 < pairs; q2++)
+            dsq_gemm_kernel_avx512(b->kc, Ab, b->lda, b->Bp + 2 * q2 * NR * b->kc, b->C + i0 * b->ldc + q2 * 2 * NR,
+                                   b->ldc, b->acc);
+        narrow_tiles(b, i0, i0 + DSQ_GEMM_WIDE_MR, 2 * pairs);
+    }
+    return i0;
+}
+
 void dsq_gemm_f32(dsq_gemm_b bl, int64_t m, int64_t n, int64_t k, const float *A, int64_t lda, const float *B,
                   int64_t ldb, float *C, int64_t ldc, bool accumulate, float *scratch)
 {
+    bool wide = dsq_cpu_use_avx512_gemm();
     kernel_fn kern = dsq_cpu_use_avx2() ? dsq_gemm_kernel_avx2 : dsq_gemm_kernel_scalar;
     int64_t np = panels_of(n);
     int64_t kcmax = k < KC ? k : KC;
@@ -96,19 +145,9 @@ void dsq_gemm_f32(dsq_gemm_b bl, int64_t m, int64_t n, int64_t k, const float *A
     }
     for (int64_t k0 = 0; k0 < k; k0 += KC) {
         int64_t kc = k - k0 < KC ? k - k0 : KC;
-        bool acc = accumulate || k0 > 0;
         pack_b(bl, n, k0, kc, B, ldb, Bp);
-        for (int64_t i0 = 0; i0 < m; i0 += MR) {
-            int64_t mr = m - i0 < MR ? m - i0 : MR;
-            const float *Ab = A + i0 * lda + k0;
-            for (int64_t q = 0; q < np; q++) {
-                int64_t nr = n - q * NR < NR ? n - q * NR : NR;
-                float *Cb = C + i0 * ldc + q * NR;
-                if (mr == MR && nr == NR)
-                    kern(kc, Ab, lda, Bp + q * NR * kc, Cb, ldc, acc);
-                else
-                    edge_tile(kern, kc, Ab, lda, mr, Bp + q * NR * kc, Cb, ldc, nr, acc, apad, ctmp);
-            }
-        }
+        kblock b = {kern, m, n, np, kc, A + k0, lda, Bp, C, ldc, accumulate || k0 > 0, apad, ctmp};
+        int64_t i0 = wide ? wide_tiles(&b) : 0;
+        narrow_tiles(&b, i0, m, 0);
     }
 }

@@ -1,6 +1,7 @@
 /* Single-threaded F32 matrix product for the CPU backend: C = A * op(B),
  * cache-blocked (panels of B packed per K block, 6x16 register tiles), with
- * an AVX2/FMA micro-kernel chosen at run time and a scalar reference of the
+ * an AVX2/FMA micro-kernel chosen at run time (and a 12x32 AVX-512 one where
+ * the CPU has it, bit for bit the same results) and a scalar reference of the
  * same shape. Callers split the work across threads (runtime/linear.c over
  * output column tiles, attention over heads). */
 #ifndef DSQ_KERNELS_GEMM_H

@@ -116,15 +116,57 @@ static void gemm_case(dsq_cpu_isa isa, dsq_gemm_b bl, int m, int n, int k, bool 
 static void test_gemm_matches_naive(void **state)
 {
     (void)state;
-    static const int ms[] = {1, 5, 6, 7, 13, 37}, ns[] = {1, 15, 16, 17, 40}, ks[] = {1, 7, 256, 300, 600};
-    dsq_cpu_isa isas[2] = {DSQ_CPU_ISA_SCALAR, DSQ_CPU_ISA_AVX2};
-    for (int is = 0; is < (dsq_cpu_has_avx2() ? 2 : 1); is++)
+    static const int ms[] = {1, 5, 6, 7, 13, 37}, ns[] = {1, 15, 16, 17, 40, 64}, ks[] = {1, 7, 256, 300, 600};
+    /* AVX512 is AUTO's choice named: the AVX2 kernel where the CPU lacks AVX512F */
+    dsq_cpu_isa isas[3] = {DSQ_CPU_ISA_SCALAR, DSQ_CPU_ISA_AVX2, DSQ_CPU_ISA_AVX512};
+    for (int is = 0; is < (dsq_cpu_has_avx2() ? 3 : 1); is++)
         for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
             for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
                 for (size_t c = 0; c < sizeof ks / sizeof ks[0]; c++)
                     for (int bl = 0; bl < 2; bl++)
                         for (int acc = 0; acc < 2; acc++)
                             gemm_case(isas[is], (dsq_gemm_b)bl, ms[a], ns[b], ks[c], acc);
+}
+
+/* The AVX-512 12x32 kernel gives the AVX2 6x16 kernel's bits on every
+ * element, whole tiles and edges, one K block and several, overwriting and
+ * accumulating (so swapping kernels by CPU never changes a result). */
+static void test_gemm_avx512_equals_avx2(void **state)
+{
+    (void)state;
+    if (!dsq_cpu_has(DSQ_CPU_AVX512F) || !dsq_cpu_has_avx2()) DSQ_TEST_SKIP_ENV("this CPU has no AVX512F");
+    static const int ms[] = {11, 12, 13, 24, 37, 100}, ns[] = {16, 31, 32, 33, 64, 80, 200}, ks[] = {1, 255, 256, 600};
+    int wide_checked = 0;
+    for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
+        for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
+            for (size_t c = 0; c < sizeof ks / sizeof ks[0]; c++)
+                for (int bl = 0; bl < 2; bl++)
+                    for (int acc = 0; acc < 2; acc++) {
+                        int m = ms[a], n = ns[b], k = ks[c];
+                        int lda = k + 3, ldb = (bl == DSQ_GEMM_BT ? k : n) + 5, ldc = n + 2;
+                        int brows = bl == DSQ_GEMM_BT ? n : k;
+                        float *A = randm((size_t)m * lda, 1), *B = randm((size_t)brows * ldb, 1);
+                        float *C1 = randm((size_t)m * ldc, 1), *C2 = malloc((size_t)m * ldc * sizeof *C2);
+                        memcpy(C2, C1, (size_t)m * ldc * sizeof *C2);
+                        float *scratch = dsq_gemm_scratch_alloc(dsq_gemm_scratch_floats(n, k));
+                        dsq_cpu_set_isa(DSQ_CPU_ISA_AVX2);
+                        dsq_gemm_f32((dsq_gemm_b)bl, m, n, k, A, lda, B, ldb, C1, ldc, acc, scratch);
+                        dsq_cpu_set_isa(DSQ_CPU_ISA_AVX512);
+                        assert_true(dsq_cpu_use_avx512_gemm());
+                        dsq_gemm_f32((dsq_gemm_b)bl, m, n, k, A, lda, B, ldb, C2, ldc, acc, scratch);
+                        dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+                        if (memcmp(C1, C2, (size_t)m * ldc * sizeof *C1) != 0)
+                            fail_msg("gemm avx512 vs avx2 %s m=%d n=%d k=%d acc=%d: bits differ",
+                                     bl == DSQ_GEMM_BT ? "BT" : "BN", m, n, k, acc);
+                        wide_checked += m >= 12 && n >= 32;
+                        free(A), free(B), free(C1), free(C2), free(scratch);
+                    }
+    assert_true(wide_checked > 0);
+    /* Forcing AVX2 keeps the wide kernel off; AUTO takes it. */
+    dsq_cpu_set_isa(DSQ_CPU_ISA_AVX2);
+    assert_false(dsq_cpu_use_avx512_gemm());
+    dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+    assert_true(dsq_cpu_use_avx512_gemm());
 }
 
 /* The SIMD kernels against the scalar reference on the same inputs. */
@@ -1471,6 +1513,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_matches_naive),
+        cmocka_unit_test(test_gemm_avx512_equals_avx2),
         cmocka_unit_test(test_scalar_vs_simd),
         cmocka_unit_test(test_linear_every_type),
         cmocka_unit_test(test_rmsnorm_swiglu_add),
