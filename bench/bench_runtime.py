@@ -31,10 +31,14 @@ whole time slices, and multi-thread results collapse for both engines alike;
 --omp-wait-policy passive sets OMP_WAIT_POLICY=PASSIVE for both (set before
 llama.cpp is loaded and passed to our child processes).
 
---gemm instead compares the batched path's F32 matrix product with OpenBLAS:
-`bench_gemv --gemm-only` (our dsq_gemm_f32 and dsq_linear_forward_gemm with
-F32 weights) and numpy's A @ W.T (numpy's bundled OpenBLAS, in a child with
-OPENBLAS_NUM_THREADS = threads) on the same shapes, GFLOP/s, best of --reps.
+--gemm instead compares the batched and calibration matrix products with
+their peers: `bench_gemv --gemm-only` (our dsq_gemm_f32, dsq_linear_forward_gemm
+with F32 weights, and the BF16 linear with weights packed once, as a
+calibration pass runs it) against numpy's A @ W.T (its bundled OpenBLAS) and
+torch's F32 and BF16 matmul (oneDNN; AMX where the CPU has it), in a child
+with OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = torch threads = threads, on the
+same shapes, GFLOP/s, best of --reps. Target (issue 18): our F32 and BF16 at
+least 0.7x torch's.
 
 usage: bench_runtime.py [--bench-forward PATH] [--binary DSQUANT] [--workdir DIR]
                         [--models F32=a.gguf,Q8_0=b.gguf] [--threads 1,2]
@@ -143,47 +147,79 @@ def ours(bench_forward, path, threads, pp, tg):
     return {k: j[k]["tokens_per_second"] for k in ("pp", "tg") if k in j}
 
 
-NUMPY_GEMM = r'''
+GEMM_SHAPES = ((512, 1536, 576), (512, 576, 1536), (8192, 1536, 576), (8192, 576, 1536), (512, 4096, 4096))
+
+# numpy's OpenBLAS sgemm, then torch's F32 and BF16 matmul (oneDNN; AMX-BF16 on
+# CPUs with it), each A @ W.T on the shapes of bench_gemv --gemm; lines
+# "lib m x n x k GFLOP/s". torch is optional (absent: no torch lines).
+PEER_GEMM = r'''
 import sys, time
 import numpy as np
-reps = int(sys.argv[1])
+reps, threads = int(sys.argv[1]), int(sys.argv[2])
+shapes = eval(sys.argv[3])
 rng = np.random.default_rng(0)
-for m, n, k in ((512, 1536, 576), (512, 576, 1536), (512, 4096, 4096)):
-    a = rng.standard_normal((m, k), dtype=np.float32)
-    w = rng.standard_normal((n, k), dtype=np.float32)
+def timed(f):
     best = 1e30
     for r in range(reps + 1):
         t0 = time.perf_counter()
-        c = a @ w.T
+        f()
         if r:
             best = min(best, time.perf_counter() - t0)
-    print(f"{m} x {n} x {k} {2 * m * n * k / best / 1e9:.1f}")
+    return best
+try:
+    import torch
+    torch.set_num_threads(threads)
+except ImportError:
+    torch = None
+for m, n, k in shapes:
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    w = rng.standard_normal((n, k), dtype=np.float32)
+    flops = 2 * m * n * k / 1e9
+    print(f"openblas {m} x {n} x {k} {flops / timed(lambda: a @ w.T):.1f}")
+    if torch is not None:
+        ta, tw = torch.from_numpy(a), torch.from_numpy(w)
+        print(f"torch_f32 {m} x {n} x {k} {flops / timed(lambda: ta @ tw.T):.1f}")
+        ba, bw = ta.bfloat16(), tw.bfloat16()
+        print(f"torch_bf16 {m} x {n} x {k} {flops / timed(lambda: ba @ bw.T):.1f}")
 '''
 
 
 def gemm_compare(bench_gemv, threads, reps):
-    print(f"F32 GEMM, 512 tokens, GFLOP/s, best of {reps}\n")
+    print(f"F32 and BF16 GEMM, GFLOP/s, best of {reps}; ratios are ours / the peer's at the same thread count\n")
     for th in threads:
-        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(th))
-        r = subprocess.run([sys.executable, "-c", NUMPY_GEMM, str(reps)], env=env, check=True, capture_output=True,
-                           text=True)
-        ob = dict(line.rsplit(" ", 1) for line in r.stdout.strip().splitlines())
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(th), OMP_NUM_THREADS=str(th))
+        r = subprocess.run([sys.executable, "-c", PEER_GEMM, str(reps), str(th), repr(GEMM_SHAPES)], env=env,
+                           check=True, capture_output=True, text=True)
+        peer = {}
+        for line in r.stdout.strip().splitlines():
+            lib, rest = line.split(" ", 1)
+            shape, gf = rest.rsplit(" ", 1)
+            peer[(lib, shape)] = float(gf)
         r = subprocess.run([bench_gemv, "--gemm-only", "--threads", str(th), "--reps", str(reps)], check=True,
                            capture_output=True, text=True)
         ours = {}
         for line in r.stdout.splitlines():
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            # | shape | dsq_gemm_f32 | linear F32 | linear BF16 | BF16/F32 | (one thread count per run)
-            if len(cells) == 5 and " x " in cells[0]:
-                ours[cells[0]] = (cells[1], cells[2], cells[3])
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            # | shape | gemm AVX2 | gemm | ratio | linear F32 | linear BF16 | BF16/F32 | linear BF16 packed |
+            if len(cells) == 8 and " x " in cells[0] and cells[0][0].isdigit():
+                ours[cells[0]] = (float(cells[2]), float(cells[4]), float(cells[7]))
         print(f"threads {th}\n")
-        print("| m x n x k | dsq_gemm_f32 (1 thr) | our linear F32 | OpenBLAS (numpy) | linear / OpenBLAS "
-              "| our linear BF16 |")
-        print("|---|---:|---:|---:|---:|---:|")
-        for shape, gf in ob.items():
-            g, lin, l16 = ours.get(shape, ("-", "-", "-"))
-            ratio = f"{float(lin) / float(gf):.2f}" if lin != "-" else "-"
-            print(f"| {shape} | {g} | {lin} | {gf} | {ratio} | {l16} |")
+        print("| m x n x k | dsq_gemm_f32 (1 thr) | our linear F32 | OpenBLAS | torch F32 | F32 vs torch "
+              "| our linear BF16 (packed) | torch BF16 | BF16 vs torch |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+        def cell(v):
+            return f"{v:.1f}" if v is not None else "-"
+
+        def ratio(x, y):
+            return f"{x / y:.2f}" if x is not None and y else "-"
+
+        for m, n, k in GEMM_SHAPES:
+            shape = f"{m} x {n} x {k}"
+            g, lin, l16 = ours.get(shape, (None, None, None))
+            tf, tb = peer.get(("torch_f32", shape)), peer.get(("torch_bf16", shape))
+            print(f"| {shape} | {cell(g)} | {cell(lin)} | {cell(peer.get(('openblas', shape)))} | {cell(tf)} "
+                  f"| {ratio(lin, tf)} | {cell(l16)} | {cell(tb)} | {ratio(l16, tb)} |")
         print()
 
 
@@ -204,7 +240,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json")
     ap.add_argument("--omp-wait-policy", choices=["default", "passive"], default="default")
-    ap.add_argument("--gemm", action="store_true", help="compare the F32 GEMM with OpenBLAS instead")
+    ap.add_argument("--gemm", action="store_true", help="compare the F32 and BF16 GEMMs with OpenBLAS and torch instead")
     ap.add_argument("--bench-gemv")
     a = ap.parse_args()
     if a.gemm:

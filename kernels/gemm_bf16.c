@@ -51,6 +51,17 @@ static int64_t pad16(int64_t np) { return (np + 15) & ~(int64_t)15; }
 
 #define AMX_ROWS 32      /* tokens per AMX block */
 #define CTMP_FLOATS 1024 /* the AMX edge's four 16 x 16 tiles (>= MR * NR) */
+#define AMX_KBLOCKS 16   /* K blocks (4096 values) a C block stays in the tiles across */
+
+static int64_t kblocks_of(int64_t k) { return (k + KC - 1) / KC; }
+
+/* The padded copies of A: one K block's for a per-call packing, up to
+ * AMX_KBLOCKS of them for the whole-depth packed path. */
+static size_t apad_bytes(int64_t k)
+{
+    int64_t nkb = kblocks_of(k) < AMX_KBLOCKS ? kblocks_of(k) : AMX_KBLOCKS;
+    return align64((size_t)(AMX_ROWS * KC * (nkb > 1 ? nkb : 1)) * sizeof(uint16_t));
+}
 
 const char *dsq_gemm_bf16_path_name(dsq_gemm_bf16_path p)
 {
@@ -81,8 +92,8 @@ dsq_gemm_bf16_path dsq_gemm_bf16_path_for(int64_t m)
 size_t dsq_gemm_bf16_scratch_bytes(int64_t n, int64_t k)
 {
     int64_t np = dsq_gemm_bf16_lda(k < KC ? k : KC) / 2;
-    return align64((size_t)(panels_of(n) * NR * 2 * pad16(np)) * sizeof(uint16_t)) +
-           align64(AMX_ROWS * KC * sizeof(uint16_t)) + align64(CTMP_FLOATS * sizeof(float));
+    return align64((size_t)(panels_of(n) * NR * 2 * pad16(np)) * sizeof(uint16_t)) + apad_bytes(k) +
+           align64(CTMP_FLOATS * sizeof(float));
 }
 
 void dsq_gemm_bf16_kernel_scalar(int64_t np, const uint16_t *A, int64_t lda, const uint16_t *Bp, float *C,
@@ -191,7 +202,7 @@ void dsq_gemm_bf16_on(dsq_gemm_bf16_path p, dsq_gemm_b bl, int64_t m, int64_t n,
     int64_t npmax = dsq_gemm_bf16_lda(k < KC ? k : KC) / 2;
     uint16_t *Bp = scratch;
     uint16_t *apad = (uint16_t *)((char *)scratch + align64((size_t)(panels_of(n) * NR * 2 * pad16(npmax)) * sizeof *Bp));
-    float *ctmp = (float *)((char *)apad + align64(AMX_ROWS * KC * sizeof *apad));
+    float *ctmp = (float *)((char *)apad + apad_bytes(k));
     if (k == 0) {
         zero_or_keep(m, n, C, ldc, accumulate);
         return;
@@ -205,7 +216,6 @@ void dsq_gemm_bf16_on(dsq_gemm_bf16_path p, dsq_gemm_b bl, int64_t m, int64_t n,
 
 /* ---- B packed once ---- */
 
-static int64_t kblocks_of(int64_t k) { return (k + KC - 1) / KC; }
 /* Elements of one K block of the whole packed B (every block sized as a full one). */
 static size_t block_elems(int64_t n) { return (size_t)(panels_of(n) * NR * 2 * pad16(KC / 2)); }
 
@@ -223,14 +233,65 @@ void dsq_gemm_bf16_pack_all(int64_t n, int64_t k, const float *B, int64_t ldb, i
     }
 }
 
+/* A's rows i0.. (mr of them, 2*np values from a K block's start) as 32 rows
+ * of 2*npa values, zeros past the data. */
+static void pad_rows(const uint16_t *A, int64_t lda, int64_t mr, int64_t np, int64_t npa, uint16_t *pad)
+{
+    memset(pad, 0, (size_t)(AMX_ROWS * 2 * npa) * sizeof *pad);
+    for (int64_t i = 0; i < mr; i++) memcpy(pad + i * 2 * npa, A + i * lda, (size_t)(2 * np) * sizeof *pad);
+}
+
+/* The AMX path on a B packed once: each 32 x 32 block of C is multiplied
+ * over up to AMX_KBLOCKS K blocks while it stays in the tiles, instead of
+ * going to memory and back after every block (at 8192 tokens C is far past
+ * the caches). Same products, same F32 accumulation, same bits. */
+static void packed_amx(int64_t m, int64_t n_all, int64_t c0, int64_t n, int64_t k, const uint16_t *A, int64_t lda,
+                       const uint16_t *P, float *C, int64_t ldc, bool accumulate, uint16_t *apad, float *ctmp)
+{
+    dsq_gemm_bf16_amx_kblock kb[AMX_KBLOCKS], kq[AMX_KBLOCKS];
+    int64_t nkb_all = kblocks_of(k);
+    dsq_gemm_bf16_amx_begin();
+    for (int64_t i0 = 0; i0 < m; i0 += AMX_ROWS) {
+        int64_t mr = m - i0 < AMX_ROWS ? m - i0 : AMX_ROWS;
+        for (int64_t b0 = 0; b0 < nkb_all; b0 += AMX_KBLOCKS) {
+            int64_t nkb = nkb_all - b0 < AMX_KBLOCKS ? nkb_all - b0 : AMX_KBLOCKS;
+            for (int64_t b = 0; b < nkb; b++) {
+                int64_t k0 = (b0 + b) * KC, kc = k - k0 < KC ? k - k0 : KC, np = (kc + 1) / 2, npa = pad16(np);
+                const uint16_t *Ab = A + i0 * lda + k0;
+                int64_t la = lda;
+                if (mr < AMX_ROWS || np != npa) {
+                    pad_rows(Ab, lda, mr, np, npa, apad + b * AMX_ROWS * KC);
+                    Ab = apad + b * AMX_ROWS * KC;
+                    la = 2 * npa;
+                }
+                const uint16_t *Bb = P + (size_t)(b0 + b) * block_elems(n_all) + (size_t)(c0 / NR * NR * 2 * npa);
+                kb[b] = (dsq_gemm_bf16_amx_kblock){Ab, la, Bb, npa};
+            }
+            for (int64_t q = 0; q < panels_of(n); q++) {
+                int64_t nr = n - q * NR < NR ? n - q * NR : NR;
+                for (int64_t b = 0; b < nkb; b++) {
+                    kq[b] = kb[b];
+                    kq[b].B += q * NR * 2 * kb[b].npa;
+                }
+                dsq_gemm_bf16_tile_amx(nkb, kq, mr, nr, C + i0 * ldc + q * NR, ldc, accumulate || b0 > 0, ctmp);
+            }
+        }
+    }
+    dsq_gemm_bf16_amx_end();
+}
+
 void dsq_gemm_bf16_packed(int64_t m, int64_t n_all, int64_t c0, int64_t n, int64_t k, const uint16_t *A, int64_t lda,
                           const uint16_t *P, float *C, int64_t ldc, bool accumulate, void *scratch)
 {
     dsq_gemm_bf16_path p = dsq_gemm_bf16_path_for(m);
     uint16_t *apad = scratch;
-    float *ctmp = (float *)((char *)scratch + align64(AMX_ROWS * KC * sizeof *apad));
+    float *ctmp = (float *)((char *)scratch + apad_bytes(k));
     if (k == 0) {
         zero_or_keep(m, n, C, ldc, accumulate);
+        return;
+    }
+    if (p == DSQ_GEMM_BF16_AMX) {
+        packed_amx(m, n_all, c0, n, k, A, lda, P, C, ldc, accumulate, apad, ctmp);
         return;
     }
     for (int64_t k0 = 0, kb = 0; k0 < k; k0 += KC, kb++) {

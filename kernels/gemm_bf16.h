@@ -87,6 +87,21 @@ void dsq_gemm_bf16_kernel_avx512(int64_t np, const uint16_t *A, int64_t lda, con
  * zero). apad: 32 * 2 * npa BF16 values; ctmp: 1024 floats. */
 void dsq_gemm_bf16_block_amx(int64_t m, int64_t n, int64_t np, int64_t npa, const uint16_t *A, int64_t lda,
                              const uint16_t *Bp, float *C, int64_t ldc, bool accumulate, uint16_t *apad, float *ctmp);
+/* The whole-depth AMX block (internal): C[mr x nr] (+)= the sum over nkb K
+ * blocks of A_b[mr x 2*npa_b] * B_b, B_b one panel of a packed block, each
+ * A_b readable for 32 rows (zero past the data) and 2*npa_b values (npa_b a
+ * multiple of 16, zero past the depth); mr, nr <= 32; ctmp: 1024 floats.
+ * Between dsq_gemm_bf16_amx_begin and _end on the calling thread. */
+typedef struct dsq_gemm_bf16_amx_kblock {
+    const uint16_t *A;
+    int64_t lda; /* elements */
+    const uint16_t *B;
+    int64_t npa;
+} dsq_gemm_bf16_amx_kblock;
+void dsq_gemm_bf16_tile_amx(int64_t nkb, const dsq_gemm_bf16_amx_kblock *kb, int64_t mr, int64_t nr, float *C,
+                            int64_t ldc, bool accumulate, float *ctmp);
+void dsq_gemm_bf16_amx_begin(void);
+void dsq_gemm_bf16_amx_end(void);
 /* nc <= nr rows of B (ldb apart, kc values each) into one panel of nr
  * columns, [pair][column][2], pairs 0 .. ceil(kc/2)-1; the odd tail's pad
  * value is zero. Columns nc.. and later pairs are left as they are. */

@@ -134,6 +134,38 @@ void dsq_gemm_bf16_block_amx(int64_t m, int64_t n, int64_t np, int64_t npa, cons
     _tile_release();
 }
 
+
+/* One 32 x 32 block of C over a list of K blocks, C kept in the tiles from
+ * the first block to the last (a tile load or store of F32 is exact, so this
+ * gives dsq_gemm_bf16_block_amx's bits over the same blocks with fewer trips
+ * of C through memory). The caller configured the tiles. */
+void dsq_gemm_bf16_tile_amx(int64_t nkb, const dsq_gemm_bf16_amx_kblock *kb, int64_t mr, int64_t nr, float *C,
+                            int64_t ldc, bool accumulate, float *ctmp)
+{
+    bool whole = mr == 2 * TM && nr == NR;
+    int64_t bstride = NR * 2 * 2;
+    load_c(C, ldc, mr, nr, accumulate, whole, ctmp);
+    for (int64_t b = 0; b < nkb; b++) {
+        const uint16_t *Ab = kb[b].A, *Bq = kb[b].B;
+        int64_t ldab = kb[b].lda * 2;
+        for (int64_t p0 = 0; p0 < kb[b].npa; p0 += TM) {
+            _tile_loadd(4, Ab + 2 * p0, ldab);
+            _tile_loadd(6, Bq + p0 * NR * 2, bstride);
+            _tile_loadd(7, Bq + p0 * NR * 2 + 32, bstride);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            if (mr > TM) {
+                _tile_loadd(5, Ab + kb[b].lda * TM + 2 * p0, ldab);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+        }
+    }
+    store_c(C, ldc, mr, nr, whole, ctmp);
+}
+
+void dsq_gemm_bf16_amx_begin(void) { dsq_amx_configure(); }
+void dsq_gemm_bf16_amx_end(void) { _tile_release(); }
 #else
 
 /* Never called (the path is unavailable here); correct all the same. */
@@ -150,5 +182,23 @@ void dsq_gemm_bf16_block_amx(int64_t m, int64_t n, int64_t np, int64_t npa, cons
             C[i * ldc + j] = c;
         }
 }
+
+void dsq_gemm_bf16_tile_amx(int64_t nkb, const dsq_gemm_bf16_amx_kblock *kb, int64_t mr, int64_t nr, float *C,
+                            int64_t ldc, bool accumulate, float *ctmp)
+{
+    (void)ctmp;
+    for (int64_t i = 0; i < mr; i++)
+        for (int64_t j = 0; j < nr; j++) {
+            float c = accumulate ? C[i * ldc + j] : 0.0f;
+            for (int64_t b = 0; b < nkb; b++)
+                for (int64_t p = 0; p < 2 * kb[b].npa; p++)
+                    c += dsq_bf16_to_f32(kb[b].A[i * kb[b].lda + p]) *
+                         dsq_bf16_to_f32(kb[b].B[p / 2 * NR * 2 + j * 2 + p % 2]);
+            C[i * ldc + j] = c;
+        }
+}
+
+void dsq_gemm_bf16_amx_begin(void) {}
+void dsq_gemm_bf16_amx_end(void) {}
 
 #endif

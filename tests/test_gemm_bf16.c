@@ -3,7 +3,8 @@
  * (so a kernel that skipped the rounding, dropped a k pair or mis-packed a
  * panel fails), every edge of the blocking (rows not a multiple of 8, columns
  * not a multiple of 32, odd depths, depths across the 256-wide K blocks,
- * accumulate), round-to-nearest-even on ties, dsq_linear_forward_bf16
+ * accumulate), B packed once against B packed per call (same bits),
+ * round-to-nearest-even on ties, dsq_linear_forward_bf16
  * against the F32 path on dense and quantized storage, and the polynomial
  * exp of the BF16 softmax against exp(). */
 #include <math.h>
@@ -93,6 +94,46 @@ static void test_gemm_bf16_matches_reference(void **state)
                         for (int acc = 0; acc < 2; acc++)
                             gemm_case((dsq_gemm_bf16_path)path, (dsq_gemm_b)bl, ms[a], ns[b], ks[c], acc);
     }
+}
+
+/* B packed once (what a calibration pass multiplies) gives dsq_gemm_bf16's
+ * bits on the same path: column ranges inside the packed B, token counts
+ * around the AMX tiles, depths past the 16 K blocks the AMX path keeps C in
+ * its tiles across, odd depths (the padded A), accumulate. */
+static void packed_case(int m, int n_all, int c0, int n, int k, bool acc)
+{
+    int64_t lda = dsq_gemm_bf16_lda(k) + 2, ldb = k + 3, ldc = n + 1;
+    float *Af = randm((size_t)m * (size_t)k, 1), *B = randm((size_t)n_all * (size_t)ldb, 1);
+    float *C1 = randm((size_t)m * (size_t)ldc, 1), *C2 = malloc((size_t)m * (size_t)ldc * sizeof *C2);
+    uint16_t *A = malloc((size_t)m * (size_t)lda * sizeof *A);
+    uint16_t *P = aligned_alloc(64, (dsq_gemm_bf16_packed_bytes(n_all, k) + 63) & ~(size_t)63);
+    void *scratch = aligned_alloc(64, (dsq_gemm_bf16_scratch_bytes(n_all, k) + 63) & ~(size_t)63);
+    assert_true(C2 && A && P && scratch);
+    memcpy(C2, C1, (size_t)m * (size_t)ldc * sizeof *C2);
+    dsq_gemm_bf16_round_rows(Af, k, m, k, A, lda);
+    dsq_gemm_bf16_pack_all(n_all, k, B, ldb, 0, n_all, P);
+    dsq_gemm_bf16_packed(m, n_all, c0, n, k, A, lda, P, C1, ldc, acc, scratch);
+    dsq_gemm_bf16(DSQ_GEMM_BT, m, n, k, A, lda, B + (size_t)c0 * (size_t)ldb, ldb, C2, ldc, acc, scratch);
+    if (memcmp(C1, C2, (size_t)m * (size_t)ldc * sizeof *C1) != 0)
+        fail_msg("packed %s m %d n_all %d c0 %d n %d k %d acc %d: bits differ from the per-call packing",
+                 dsq_gemm_bf16_path_name(dsq_gemm_bf16_path_for(m)), m, n_all, c0, n, k, acc);
+    free(Af), free(B), free(C1), free(C2), free(A), free(P), free(scratch);
+}
+
+static void test_packed_equals_per_call(void **state)
+{
+    (void)state;
+    static const int ms[] = {1, 16, 20, 32, 33, 70}, ks[] = {1, 31, 256, 600, 4097 + 256};
+    for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
+        for (size_t c = 0; c < sizeof ks / sizeof *ks; c++)
+            for (int acc = 0; acc < 2; acc++) {
+                packed_case(ms[a], 96, 0, 96, ks[c], acc);
+                packed_case(ms[a], 130, 64, 66, ks[c], acc); /* the last columns, a partial panel */
+                packed_case(ms[a], 130, 32, 32, ks[c], acc); /* one panel in the middle */
+            }
+    print_message("packed B checked on the %s path (16+ tokens) and %s (fewer)\n",
+                  dsq_gemm_bf16_path_name(dsq_gemm_bf16_path_for(16)),
+                  dsq_gemm_bf16_path_name(dsq_gemm_bf16_path_for(1)));
 }
 
 /* dsq_gemm_bf16 takes AMX from 16 rows where it runs, AVX512-BF16 below. */
@@ -289,6 +330,7 @@ int main(void)
         cmocka_unit_test(test_gemm_bf16_matches_reference),
         cmocka_unit_test(test_avx512_gives_scalar_bits),
         cmocka_unit_test(test_path_choice),
+        cmocka_unit_test(test_packed_equals_per_call),
         cmocka_unit_test(test_round_to_nearest_even),
         cmocka_unit_test(test_linear_bf16),
         cmocka_unit_test(test_exp_sum),
