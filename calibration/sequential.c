@@ -259,8 +259,10 @@ dsq_status dsq_seq_quantize(dsq_model *m, const dsq_calib_set *calib, const dsq_
         ha = hb;
         hb = t;
         double el = dsq_now_s() - t0;
+        long rss = peak_rss_kb();
+        if (o.layer_rss_kb) o.layer_rss_kb[l] = rss;
         DSQ_LOGI("%s: layer %d/%d done in %.1f s, ETA %.0f s, peak RSS %ld MiB", o.method->name, l + 1, nl,
-                 dsq_now_s() - tl, el / (l + 1) * (nl - l - 1), peak_rss_kb() / 1024);
+                 dsq_now_s() - tl, el / (l + 1) * (nl - l - 1), rss / 1024);
     }
     if (st == DSQ_OK && counts && calib) coverage(m, &o, counts, nl, rep);
     free(counts);

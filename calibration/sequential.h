@@ -106,6 +106,9 @@ typedef struct dsq_seq_opts {
     int threads;          /* <= 0: default */
     dsq_seq_w8_opts w8;   /* smoothquant, fp8 */
     int max_layers;       /* > 0: only layers [0, max_layers) are quantized and emitted (tests, quick looks) */
+    /* [n_layers]: the process's peak RSS in KiB when each layer was done
+     * (layers not reached keep their value); may be NULL */
+    long *layer_rss_kb;
     bool keep_fake_quant;
     const dsq_seq_gguf *gguf; /* gptq only: GGUF blocks (NULL: INT groups) */
     dsq_seq_emit_fn emit; /* may be NULL */

@@ -253,6 +253,8 @@ typedef struct results {
     double ppl_base, ppl_quant;
     const char *eval_source;
     int64_t n_bad;
+    long *layer_rss_kb; /* [n_layers]: peak RSS as each layer was done (0: not reached) */
+    int64_t n_layers;
 } results;
 
 static dsq_status eval_ppl(dsq_model *m, const dsq_tokenizer *tok, const qargs *a, double *ppl)
@@ -311,6 +313,10 @@ static dsq_status quantize_into(const qargs *a, dsq_model *m, const dsq_tokenize
     dsq_seq_opts o;
     DSQ_TRY(seq_opts(a, &o));
     DSQ_TRY(dsq_seq_check_groups(m, &o.q, a->skip, &res->n_bad));
+    res->n_layers = m->arch.n_layers;
+    res->layer_rss_kb = calloc((size_t)(res->n_layers > 0 ? res->n_layers : 1), sizeof *res->layer_rss_kb);
+    if (!res->layer_rss_kb) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
+    o.layer_rss_kb = res->layer_rss_kb;
     bool data = dsq_method_needs_data_for(a->method, &o);
     if (data) {
         dsq_calib_opts co = {a->calib, a->n_samples, a->seqlen, a->seed};
@@ -389,6 +395,7 @@ static void print_results(const qargs *a, const results *r)
     }
     cJSON_AddNumberToObject(o, "seconds", r->rep.seconds);
     cJSON_AddNumberToObject(o, "peak_rss_mib", (double)r->rep.peak_rss_kb / 1024.0);
+    dsq_cli_json_layer_rss(o, r->layer_rss_kb, (long long)r->n_layers);
     if (a->eval) {
         cJSON_AddNumberToObject(o, "ppl_base", r->ppl_base);
         cJSON_AddNumberToObject(o, "ppl_quantized", r->ppl_quant);
@@ -443,6 +450,7 @@ static dsq_status run(const qargs *a)
     dsq_seq_keep_free(keep);
     dsq_tokenizer_free(tok);
     dsq_calib_free(&r.calib);
+    free(r.layer_rss_kb);
     return s;
 }
 

@@ -244,6 +244,7 @@ typedef struct results {
     dsq_calib_set calib;
     bool data;
     float *alphas; /* [n_layers x DSQ_BLOCK_MAX_GROUPS] */
+    long *layer_rss_kb; /* [n_layers]: peak RSS as each layer was done */
     int n_layers;
     const dsq_block_desc *block;
     double alpha_default;
@@ -270,8 +271,11 @@ static dsq_status quantize_into(const wargs *a, dsq_model *m, const dsq_tokenize
     r->alpha_default = dsq_sq_default_alpha(&m->arch);
     if (a->sq && !(r->alphas = calloc((size_t)r->n_layers * DSQ_BLOCK_MAX_GROUPS, sizeof *r->alphas)))
         return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
+    if (!(r->layer_rss_kb = calloc((size_t)(r->n_layers > 0 ? r->n_layers : 1), sizeof *r->layer_rss_kb)))
+        return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
     dsq_seq_opts o;
     seq_opts(a, &o, r);
+    o.layer_rss_kb = r->layer_rss_kb;
     r->data = dsq_method_needs_data_for(a->method, &o);
     if (r->data) {
         dsq_calib_opts co = {a->calib, a->n_samples, a->seqlen, a->seed};
@@ -362,6 +366,7 @@ static void print_results(const wargs *a, const results *r)
     if (r->data) add_calib(o, r);
     cJSON_AddNumberToObject(o, "seconds", r->rep.seconds);
     cJSON_AddNumberToObject(o, "peak_rss_mib", (double)r->rep.peak_rss_kb / 1024.0);
+    dsq_cli_json_layer_rss(o, r->layer_rss_kb, r->n_layers);
     char *t = cJSON_Print(o);
     if (t) puts(t);
     free(t);
@@ -393,6 +398,7 @@ static dsq_status run(const wargs *a)
     dsq_tokenizer_free(tok);
     dsq_calib_free(&r.calib);
     free(r.alphas);
+    free(r.layer_rss_kb);
     return s;
 }
 

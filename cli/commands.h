@@ -38,6 +38,11 @@ void dsq_cli_install_signals(void);
 
 /* Shared helpers for subcommands (cli/common.c). */
 
+struct cJSON;
+/* obj["layer_peak_rss_mib"] = the calibration driver's per-layer peak RSS
+ * (dsq_seq_opts.layer_rss_kb), up to the first layer not reached. */
+void dsq_cli_json_layer_rss(struct cJSON *obj, const long *kb, long long n_layers);
+
 /* Prints "dsquant: error: <library message>" and returns 1. */
 int dsq_cli_fail(void);
 /* Handles the options every subcommand takes (-v, -q, -h/--help with usage text);

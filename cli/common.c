@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "cli/commands.h"
 #include "core/log.h"
 #include "core/status.h"
@@ -90,4 +92,12 @@ int dsq_cli_walk(int argc, char **argv, const char *cmd, const char *usage, dsq_
         }
     }
     return 0;
+}
+
+void dsq_cli_json_layer_rss(struct cJSON *obj, const long *kb, long long n_layers)
+{
+    /* the resident set layer by layer: flat when memory stays near one layer */
+    cJSON *arr = cJSON_AddArrayToObject(obj, "layer_peak_rss_mib");
+    for (long long l = 0; arr && kb && l < n_layers && kb[l] > 0; l++)
+        cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)kb[l] / 1024.0));
 }

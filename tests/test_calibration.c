@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 
 #include <cmocka.h>
+#include <cjson/cJSON.h>
 
 #include "formats/block_llama.h"
 #include "calibration/dataset.h"
@@ -505,6 +506,33 @@ static void expect_in_file(const char *dir, const char *name, const char *needle
     free(text);
 }
 
+/* --json's layer_peak_rss_mib: one running peak per layer, positive,
+ * never falling, and the last no more than the run's peak_rss_mib. */
+static void expect_layer_rss(const char *dir, const char *name, int n_layers)
+{
+    char p[4200], *text;
+    size_t n;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    expect_ok(dsq_read_file(p, 1 << 20, &text, &n));
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    if (!j) fail_msg("%s: not JSON", p);
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, "layer_peak_rss_mib");
+    const cJSON *peak = cJSON_GetObjectItemCaseSensitive(j, "peak_rss_mib");
+    assert_true(cJSON_IsArray(arr) && cJSON_IsNumber(peak));
+    assert_int_equal(cJSON_GetArraySize(arr), n_layers);
+    double prev = 0;
+    for (int l = 0; l < n_layers; l++) {
+        const cJSON *v = cJSON_GetArrayItem(arr, l);
+        assert_true(cJSON_IsNumber(v));
+        if (!(v->valuedouble > 0 && v->valuedouble >= prev && v->valuedouble <= peak->valuedouble))
+            fail_msg("%s: layer %d peak RSS %g MiB (previous %g, run %g)", p, l, v->valuedouble, prev,
+                     peak->valuedouble);
+        prev = v->valuedouble;
+    }
+    cJSON_Delete(j);
+}
+
 /* dsquant rtn end to end: refusals, then a GPTQ folder the runtime reads. */
 static void test_cli_rtn(void **state)
 {
@@ -571,6 +599,7 @@ static void test_cli_rtn(void **state)
                  DSQ_BINARY, cut, dir, calib, dir);
         if (dsq_test_run(cmd, err, sizeof err) != 0) fail_msg("%s: %s", cmd, err);
         expect_in_file(dir, "awq.json", dsq_cpu_has_avx512bf16() ? "\"compute\":\t\"bf16\"" : "\"compute\":\t\"f32\"");
+        expect_layer_rss(dir, "awq.json", 2);
         /* RTN with the weighted grid calibrates, says so, and records the grid as llm-compressor's observer */
         snprintf(cmd, sizeof cmd,
                  "%s rtn %s -o %s/rtn-im -q --group 64 --grid imatrix-mse --format compressed-tensors --calib %s "
