@@ -253,7 +253,8 @@ static void run_gemm(const opts *o)
     for (size_t si = 0; si < sizeof g_shapes / sizeof *g_shapes; si++) {
         const gshape *s = &g_shapes[si];
         float *A = malloc((size_t)(s->m * s->k) * sizeof *A), *B = malloc((size_t)(s->n * s->k) * sizeof *B);
-        float *C = malloc((size_t)(s->m * s->n) * sizeof *C);
+        /* 64-byte aligned like the runtime's buffers (runtime/cpu/backend_cpu.c) */
+        float *C = aligned_alloc(64, ((size_t)(s->m * s->n) * sizeof *C + 63) & ~(size_t)63);
         float *scratch = dsq_gemm_scratch_alloc(dsq_gemm_scratch_floats(s->n, s->k));
         if (!A || !B || !C || !scratch) {
             fprintf(stderr, "bench_gemv: out of memory for GEMM %lld x %lld x %lld\n", (long long)s->m, (long long)s->n,

@@ -1,5 +1,6 @@
 /* The CPU instance of the backend seam: the ops of runtime/cpu/ops.h on host
  * memory, each run with the calling context's thread count. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,7 +14,15 @@ static void enter(const dsq_exec *e)
     if (e->threads > 0) dsq_cpu_set_threads(e->threads);
 }
 
-static float *cpu_alloc(size_t n) { return malloc((n ? n : 1) * sizeof(float)); }
+/* Cache-line aligned: the GEMM kernels store whole 64-byte rows of C (a ZMM
+ * or an AMX tile row), which split across two lines on malloc's 16-byte
+ * alignment (measured: the AMX BF16 linear at 512 tokens 776 -> 944 GFLOP/s). */
+static float *cpu_alloc(size_t n)
+{
+    if (n > (SIZE_MAX - 63) / sizeof(float)) return NULL;
+    size_t bytes = ((n ? n : 1) * sizeof(float) + 63) & ~(size_t)63;
+    return aligned_alloc(64, bytes);
+}
 
 static void cpu_free(float *p) { free(p); }
 
