@@ -90,11 +90,33 @@ static inline __m256i lane(__m256i v, int h)
     return h ? _mm256_permute2x128_si256(v, v, 0x11) : _mm256_permute2x128_si256(v, v, 0x00);
 }
 
+/* The weights stream from memory once per token. A software prefetch of
+ * the bytes PREFETCH_BYTES past the row about to be read (the next rows,
+ * contiguous) keeps enough lines in flight, which the hardware prefetcher
+ * alone did not on an Intel Xeon: Q8_0 GEMV at 57% of memcpy, Q5_0 at 21%,
+ * the loads' first consumers the hottest instructions. Prefetches never
+ * fault, so reaching past the matrix is harmless. */
+#ifndef PREFETCH_BYTES
+#define PREFETCH_BYTES 2048
+#endif
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T1
+#endif
+
+static inline void prefetch_ahead(const uint8_t *row, size_t row_bytes)
+{
+    for (size_t o = 0; o < row_bytes; o += 64) _mm_prefetch((const char *)row + PREFETCH_BYTES + o, PF_HINT);
+}
+
 /* One function per type: the loop over rows around an inline row dot. */
-#define GEMV_ROWS(name, row_dot)                                                                                       \
+#define GEMV_ROWS(name, row_dot, burst)                                                                                \
     void name(int64_t n, const void *w, size_t row_bytes, int64_t nr, const void *act, float *y)                       \
     {                                                                                                                  \
-        for (int64_t r = 0; r < nr; r++) y[r] = row_dot(n, (const uint8_t *)w + (size_t)r * row_bytes, act);           \
+        for (int64_t r = 0; r < nr; r++) {                                                                             \
+            const uint8_t *row = (const uint8_t *)w + (size_t)r * row_bytes;                                           \
+            if (burst) prefetch_ahead(row, row_bytes);                                                                 \
+            y[r] = row_dot(n, row, act);                                                                               \
+        }                                                                                                              \
     }
 
 /* ---------------------------------------------------------------- 32-element blocks */
@@ -107,6 +129,7 @@ static inline __m256i lane(__m256i v, int h)
     int64_t nb = n / QK, i = 0;                                                                                        \
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                                                     \
     for (; i + 2 <= nb; i += 2) {                                                                                      \
+        _mm_prefetch((const char *)(x + i) + PREFETCH_BYTES, _MM_HINT_T0);                                             \
         acc0 = BLOCK_TERM(x + i, a + i, acc0);                                                                         \
         acc1 = BLOCK_TERM(x + i + 1, a + i + 1, acc1);                                                                 \
     }                                                                                                                  \
@@ -194,12 +217,12 @@ static inline float row_q5_1(int64_t n, const void *vx, const void *va)
     return hsum8(acc0);
 }
 
-GEMV_ROWS(dsq_qgemv_q4_0_avx2, row_q4_0)
-GEMV_ROWS(dsq_qgemv_q4_1_avx2, row_q4_1)
-GEMV_ROWS(dsq_qgemv_q5_0_avx2, row_q5_0)
-GEMV_ROWS(dsq_qgemv_q5_1_avx2, row_q5_1)
-GEMV_ROWS(dsq_qgemv_q8_0_avx2, row_q8_0)
-GEMV_ROWS(dsq_qgemv_iq4_nl_avx2, row_iq4_nl)
+GEMV_ROWS(dsq_qgemv_q4_0_avx2, row_q4_0, false)
+GEMV_ROWS(dsq_qgemv_q4_1_avx2, row_q4_1, false)
+GEMV_ROWS(dsq_qgemv_q5_0_avx2, row_q5_0, false)
+GEMV_ROWS(dsq_qgemv_q5_1_avx2, row_q5_1, false)
+GEMV_ROWS(dsq_qgemv_q8_0_avx2, row_q8_0, false)
+GEMV_ROWS(dsq_qgemv_iq4_nl_avx2, row_iq4_nl, false)
 
 /* ---------------------------------------------------------------- k-quants with Q8_K */
 
@@ -396,12 +419,12 @@ static inline float row_iq4_xs(int64_t n, const void *vx, const void *va)
     return hsum8(acc);
 }
 
-GEMV_ROWS(dsq_qgemv_q2_K_avx2, row_q2_K)
-GEMV_ROWS(dsq_qgemv_q3_K_avx2, row_q3_K)
-GEMV_ROWS(dsq_qgemv_q4_K_avx2, row_q4_K)
-GEMV_ROWS(dsq_qgemv_q5_K_avx2, row_q5_K)
-GEMV_ROWS(dsq_qgemv_q6_K_avx2, row_q6_K)
-GEMV_ROWS(dsq_qgemv_iq4_xs_avx2, row_iq4_xs)
+GEMV_ROWS(dsq_qgemv_q2_K_avx2, row_q2_K, true)
+GEMV_ROWS(dsq_qgemv_q3_K_avx2, row_q3_K, true)
+GEMV_ROWS(dsq_qgemv_q4_K_avx2, row_q4_K, true)
+GEMV_ROWS(dsq_qgemv_q5_K_avx2, row_q5_K, true)
+GEMV_ROWS(dsq_qgemv_q6_K_avx2, row_q6_K, true)
+GEMV_ROWS(dsq_qgemv_iq4_xs_avx2, row_iq4_xs, true)
 
 #else
 typedef int dsq_qgemv_avx2_unused; /* not an x86-64 GCC build: dsq_qgemv_kernel returns NULL */
