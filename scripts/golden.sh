@@ -63,7 +63,7 @@ run() {
   local s=$SECONDS
   "$BIN" -q "$@" --json 2>"$WORK/$name.err" >"$WORK/$name.json" ||
     { echo "golden: dsquant $* failed:" >&2; cat "$WORK/$name.err" >&2; exit 1; }
-  jq -c -S 'del(.seconds, .tokens_per_second, .peak_rss_mib, .tensors)
+  jq -c -S 'del(.seconds, .tokens_per_second, .peak_rss_mib, .layer_peak_rss_mib, .tensors)
             | with_entries(if (.value | type) == "string" and (.key | test("^(model|input|output|data|calib)$"))
                            then .value |= (split("/") | last) else . end)' "$WORK/$name.json" |
     sed "s/^/json $name /" >>"$WORK/json.txt"
