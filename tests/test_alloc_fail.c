@@ -63,7 +63,7 @@
 
 /* Every N up to here; above, about MAX_POINTS numbers spread evenly. */
 #define FULL_PREFIX 200
-#define MAX_POINTS 300
+#define MAX_POINTS 200
 
 /* The model the conversions and the GGUF quantizer run on: rows of 256, so
  * Q4_K_M takes its k-quant paths. The calibrated layer runs on a smaller one

@@ -127,6 +127,8 @@ static void test_packed_equals_per_call(void **state)
     for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
         for (size_t c = 0; c < sizeof ks / sizeof *ks; c++)
             for (int acc = 0; acc < 2; acc++) {
+                /* past 16 K blocks: two token counts suffice (the depth loop is the same for all) */
+                if (ks[c] > 4096 && ms[a] != 20 && ms[a] != 33) continue;
                 packed_case(ms[a], 96, 0, 96, ks[c], acc);
                 packed_case(ms[a], 130, 64, 66, ks[c], acc); /* the last columns, a partial panel */
                 packed_case(ms[a], 130, 32, 32, ks[c], acc); /* one panel in the middle */

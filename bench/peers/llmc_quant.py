@@ -9,7 +9,9 @@ no data), and saves the compressed-tensors folder.
 Recipes are llm-compressor's own defaults for each method, only the scheme
 set to the bits/group being compared:
   gptq  GPTQModifier(config_groups=INT{bits} sym group {group}, ignore lm_head)
-        (dampening_frac 0.01, block_size 128, actorder "static" by default)
+        (dampening_frac 0.01, block_size 128, actorder "static" by default);
+        --observer sets the weights' observer (imatrix_mse: each group's
+        scale searched with the error weighted by the input's mean x^2)
   awq   AWQModifier() (duo scaling, n_grid 20, default Llama mappings)
         + QuantizationModifier(INT{bits} asym group {group}, ignore lm_head)
   sq    SmoothQuantModifier(smoothing_strength={alpha}) (its default Llama
@@ -41,10 +43,11 @@ if not torch.cuda.is_available():
     IntermediatesCache.pin_memory = lambda self, *args, **kwargs: None
 
 
-def scheme(bits, group, sym):
-    return {"group_0": {"targets": ["Linear"],
-                        "weights": {"num_bits": bits, "type": "int", "symmetric": sym,
-                                    "strategy": "group", "group_size": group}}}
+def scheme(bits, group, sym, observer=None):
+    weights = {"num_bits": bits, "type": "int", "symmetric": sym, "strategy": "group", "group_size": group}
+    if observer:
+        weights["observer"] = observer
+    return {"group_0": {"targets": ["Linear"], "weights": weights}}
 
 
 def main():
@@ -57,6 +60,7 @@ def main():
     ap.add_argument("--alpha", type=float, default=0.8, help="SmoothQuant smoothing_strength (sq)")
     ap.add_argument("--windows", help="JSON list of token-id lists (every method but fp8-*)")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--observer", help="the weights' observer (gptq, awq): minmax (the default), mse, imatrix_mse")
     a = ap.parse_args()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
@@ -73,12 +77,12 @@ def main():
         n, seqlen = len(windows), len(windows[0])
         ds = Dataset.from_dict({"input_ids": windows, "attention_mask": [[1] * seqlen for _ in windows]})
         if a.method == "gptq":
-            recipe = [GPTQModifier(config_groups=scheme(a.bits, a.group, True), ignore=["lm_head"])]
+            recipe = [GPTQModifier(config_groups=scheme(a.bits, a.group, True, a.observer), ignore=["lm_head"])]
         elif a.method == "sq":
             recipe = [SmoothQuantModifier(smoothing_strength=a.alpha),
                       GPTQModifier(targets="Linear", scheme="W8A8", ignore=["lm_head"])]
         else:
-            recipe = [AWQModifier(), QuantizationModifier(config_groups=scheme(a.bits, a.group, False),
+            recipe = [AWQModifier(), QuantizationModifier(config_groups=scheme(a.bits, a.group, False, a.observer),
                                                           ignore=["lm_head"])]
         oneshot(model=model, dataset=ds, recipe=recipe, max_seq_length=seqlen, num_calibration_samples=n,
                 output_dir=a.out, save_compressed=True)

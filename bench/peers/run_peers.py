@@ -243,6 +243,9 @@ def main():
     ap.add_argument("--no-rtn", action="store_true", help="skip the RTN rows")
     ap.add_argument("--dsq-args", default="", help="extra options for the dsquant quantize commands, e.g. "
                     "'--loss-samples 4' (recorded in results.json)")
+    ap.add_argument("--peer-args", default="", help="extra options for llmc_quant.py, e.g. '--observer imatrix_mse'")
+    ap.add_argument("--tag", default="", help="suffix of this run's folders and rows (compare runs with other "
+                    "--dsq-args / --peer-args side by side)")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     peer_py = os.path.join(CACHE, "peers-venv", "bin", "python")
@@ -281,15 +284,15 @@ def main():
             results["rows"].append({"method": "rtn", "scheme": scheme, "tool": "dsquant",
                                     "ppl": ppl(a.dsquant, out, a.chunks, a.threads)})
         for method in a.methods.split(","):
-            out = os.path.join(a.work, f"dsq-{method}-{scheme}")
+            out = os.path.join(a.work, f"dsq-{method}-{scheme}{a.tag}")
             extra = ["--act-order", "--static-groups", "--sym"] if method == "gptq" else ["--zero-point"]
             cmd = [a.dsquant, method, base, "-o", out, "--w-bit", str(bits), "--group", str(group), "--force",
                    "--format", "compressed-tensors", "--calib", a.calib, "--n-samples", str(a.n_samples),
                    "--seqlen", str(a.seqlen), "--seed", "0", "--threads", str(a.threads), "--json", *extra,
                    *shlex.split(a.dsq_args)]
-            text, wall, rss = measured(cmd, env, os.path.join(a.work, f"dsq-{method}-{scheme}.log"))
+            text, wall, rss = measured(cmd, env, os.path.join(a.work, f"dsq-{method}-{scheme}{a.tag}.log"))
             j = json.loads(text)
-            row = {"method": method, "scheme": scheme, "tool": "dsquant", "seconds": wall, "peak_rss_mib": rss,
+            row = {"method": method + a.tag, "scheme": scheme, "tool": "dsquant", "seconds": wall, "peak_rss_mib": rss,
                    "ppl": ppl(a.dsquant, out, a.chunks, a.threads), "args": cmd[2:], "compute": j.get("compute")}
             results["rows"].append(row)
             print(f"dsquant {method} {scheme}: ppl {row['ppl']:.4f}, {wall:.1f} s, {rss:.0f} MiB", file=sys.stderr)
@@ -305,21 +308,22 @@ def main():
             wpath = os.path.join(a.work, f"windows-{a.n_samples}x{a.seqlen}.json")
             with open(wpath, "w") as f:
                 json.dump(windows, f)
-            pout = os.path.join(a.work, f"llmc-{method}-{scheme}")
+            pout = os.path.join(a.work, f"llmc-{method}-{scheme}{a.tag}")
             shutil.rmtree(pout, ignore_errors=True)
             cmd = [peer_py, os.path.join(HERE, "llmc_quant.py"), "--model", base, "--out", pout, "--method", method,
-                   "--bits", str(bits), "--group", str(group), "--windows", wpath, "--threads", str(a.threads)]
-            text, wall, rss = measured(cmd, env, os.path.join(a.work, f"llmc-{method}-{scheme}.log"))
+                   "--bits", str(bits), "--group", str(group), "--windows", wpath, "--threads", str(a.threads),
+                   *shlex.split(a.peer_args)]
+            text, wall, rss = measured(cmd, env, os.path.join(a.work, f"llmc-{method}-{scheme}{a.tag}.log"))
             copy_tokenizer(base, pout)
-            prow = {"method": method, "scheme": scheme, "tool": "llm-compressor", "seconds": wall,
+            prow = {"method": method + a.tag, "scheme": scheme, "tool": "llm-compressor", "seconds": wall,
                     "peak_rss_mib": rss, "ppl": ppl(a.dsquant, pout, a.chunks, a.threads),
-                    "inner": json.loads(text.strip().splitlines()[-1])}
+                    "inner": json.loads(text.strip().splitlines()[-1]), "args": cmd[2:]}
             results["rows"].append(prow)
             print(f"llm-compressor {method} {scheme}: ppl {prow['ppl']:.4f}, {wall:.1f} s, {rss:.0f} MiB",
                   file=sys.stderr)
-            with open(os.path.join(a.work, "results.json"), "w") as f:
+            with open(os.path.join(a.work, f"results{a.tag}.json"), "w") as f:
                 json.dump(results, f, indent=1)
-    with open(os.path.join(a.work, "results.json"), "w") as f:
+    with open(os.path.join(a.work, f"results{a.tag}.json"), "w") as f:
         json.dump(results, f, indent=1)
     pb = results["ppl_base"]
     print(f"\nbase (BF16) WikiText-2 ppl {pb:.4f}; calibration {a.n_samples} x {a.seqlen} tokens of {a.calib}; "
