@@ -12,22 +12,22 @@
 
 #include <immintrin.h>
 
-#define ROW(i)                                                                                     \
-    do {                                                                                           \
-        __m512 a = _mm512_set1_ps(A[(i) * lda + p]);                                               \
-        c##i##a = _mm512_fmadd_ps(a, b0, c##i##a);                                                 \
-        c##i##b = _mm512_fmadd_ps(a, b1, c##i##b);                                                 \
+#define ROW(i)                                                                                                         \
+    do {                                                                                                               \
+        __m512 a = _mm512_set1_ps(A[(i)*lda + p]);                                                                     \
+        c##i##a = _mm512_fmadd_ps(a, b0, c##i##a);                                                                     \
+        c##i##b = _mm512_fmadd_ps(a, b1, c##i##b);                                                                     \
     } while (0)
 
-#define STORE(i)                                                                                   \
-    do {                                                                                           \
-        float *c = C + (i) * ldc;                                                                  \
-        if (accumulate) {                                                                          \
-            c##i##a = _mm512_add_ps(c##i##a, _mm512_loadu_ps(c));                                  \
-            c##i##b = _mm512_add_ps(c##i##b, _mm512_loadu_ps(c + 16));                             \
-        }                                                                                          \
-        _mm512_storeu_ps(c, c##i##a);                                                              \
-        _mm512_storeu_ps(c + 16, c##i##b);                                                         \
+#define STORE(i)                                                                                                       \
+    do {                                                                                                               \
+        float *c = C + (i)*ldc;                                                                                        \
+        if (accumulate) {                                                                                              \
+            c##i##a = _mm512_add_ps(c##i##a, _mm512_loadu_ps(c));                                                      \
+            c##i##b = _mm512_add_ps(c##i##b, _mm512_loadu_ps(c + 16));                                                 \
+        }                                                                                                              \
+        _mm512_storeu_ps(c, c##i##a);                                                                                  \
+        _mm512_storeu_ps(c + 16, c##i##b);                                                                             \
     } while (0)
 
 void dsq_gemm_kernel_avx512(int64_t kc, const float *A, int64_t lda, const float *Bp, float *C, int64_t ldc,

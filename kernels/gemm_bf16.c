@@ -233,9 +233,7 @@ void dsq_gemm_bf16_pack_all(int64_t n, int64_t k, const float *B, int64_t ldb, i
     }
 }
 
-/* A's rows i0.. (mr of them, 2*np values from a K block's start) as 32 rows
- * of 2*npa values, zeros past the data. */
-static void pad_rows(const uint16_t *A, int64_t lda, int64_t mr, int64_t np, int64_t npa, uint16_t *pad)
+void dsq_gemm_bf16_pad_rows(const uint16_t *A, int64_t lda, int64_t mr, int64_t np, int64_t npa, uint16_t *pad)
 {
     memset(pad, 0, (size_t)(AMX_ROWS * 2 * npa) * sizeof *pad);
     for (int64_t i = 0; i < mr; i++) memcpy(pad + i * 2 * npa, A + i * lda, (size_t)(2 * np) * sizeof *pad);
@@ -260,7 +258,7 @@ static void packed_amx(int64_t m, int64_t n_all, int64_t c0, int64_t n, int64_t 
                 const uint16_t *Ab = A + i0 * lda + k0;
                 int64_t la = lda;
                 if (mr < AMX_ROWS || np != npa) {
-                    pad_rows(Ab, lda, mr, np, npa, apad + b * AMX_ROWS * KC);
+                    dsq_gemm_bf16_pad_rows(Ab, lda, mr, np, npa, apad + b * AMX_ROWS * KC);
                     Ab = apad + b * AMX_ROWS * KC;
                     la = 2 * npa;
                 }

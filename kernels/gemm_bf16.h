@@ -98,6 +98,10 @@ typedef struct dsq_gemm_bf16_amx_kblock {
     const uint16_t *B;
     int64_t npa;
 } dsq_gemm_bf16_amx_kblock;
+/* A's mr rows (lda apart, 2*np values each from a K block's start) as 32
+ * rows of 2*npa values, zeros past the data: the AMX paths' copy of a
+ * clipped block, so tile loads never leave A and pad lanes multiply zeros. */
+void dsq_gemm_bf16_pad_rows(const uint16_t *A, int64_t lda, int64_t mr, int64_t np, int64_t npa, uint16_t *pad);
 void dsq_gemm_bf16_tile_amx(int64_t nkb, const dsq_gemm_bf16_amx_kblock *kb, int64_t mr, int64_t nr, float *C,
                             int64_t ldc, bool accumulate, float *ctmp);
 void dsq_gemm_bf16_amx_begin(void);

@@ -33,14 +33,6 @@
 
 /* Tiles (kernels/amx.h's 16 x 64-byte shape): tmm0-3 C, tmm4-5 A, tmm6-7 B. */
 
-/* A's rows i0.. (mr of them, 2*np values each) into pad as 32 rows of
- * 2*npa values, zeros past the data. */
-static void pad_a(const uint16_t *A, int64_t lda, int64_t mr, int64_t np, int64_t npa, uint16_t *pad)
-{
-    memset(pad, 0, (size_t)(2 * TM * 2 * npa) * sizeof *pad);
-    for (int64_t i = 0; i < mr; i++) memcpy(pad + i * 2 * npa, A + i * lda, (size_t)(2 * np) * sizeof *pad);
-}
-
 /* C tile (ti, tj) of the 32 x 32 block at C: rows [16 ti, +16) of mr, columns
  * [16 tj, +16) of nr, through ctmp when clipped. */
 #define CT(ti, tj) ((ti) * 2 + (tj))
@@ -106,7 +98,7 @@ void dsq_gemm_bf16_block_amx(int64_t m, int64_t n, int64_t np, int64_t npa, cons
         const uint16_t *Ab = A + i0 * lda;
         int64_t ldab = lda;
         if (mr < 2 * TM || np != npa) {
-            pad_a(Ab, lda, mr, np, npa, apad);
+            dsq_gemm_bf16_pad_rows(Ab, lda, mr, np, npa, apad);
             Ab = apad;
             ldab = 2 * npa;
         }
