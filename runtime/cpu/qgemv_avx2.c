@@ -90,22 +90,20 @@ static inline __m256i lane(__m256i v, int h)
     return h ? _mm256_permute2x128_si256(v, v, 0x11) : _mm256_permute2x128_si256(v, v, 0x00);
 }
 
-/* The weights stream from memory once per token. A software prefetch of
- * the bytes PREFETCH_BYTES past the row about to be read (the next rows,
- * contiguous) keeps enough lines in flight, which the hardware prefetcher
- * alone did not on an Intel Xeon: Q8_0 GEMV at 57% of memcpy, Q5_0 at 21%,
- * the loads' first consumers the hottest instructions. Prefetches never
- * fault, so reaching past the matrix is harmless. */
-#ifndef PREFETCH_BYTES
+/* The weights stream from memory once per token. A software prefetch
+ * PREFETCH_BYTES ahead of the weights being read keeps enough lines in
+ * flight, which the hardware prefetcher alone did not on an Intel Xeon (Q8_0
+ * GEMV at 57% of memcpy, Q5_0 at 21%, the loads' first consumers the hottest
+ * instructions). The 32-element types prefetch inside their block loop (into
+ * L1); the k-quants, whose blocks span several lines, prefetch a row's worth
+ * before each row (into L2: a burst into L1 measured slower). Past a row's end
+ * this reaches the next rows, which are contiguous; prefetches never fault, so
+ * reaching past the matrix is harmless. */
 #define PREFETCH_BYTES 2048
-#endif
-#ifndef PF_HINT
-#define PF_HINT _MM_HINT_T1
-#endif
 
 static inline void prefetch_ahead(const uint8_t *row, size_t row_bytes)
 {
-    for (size_t o = 0; o < row_bytes; o += 64) _mm_prefetch((const char *)row + PREFETCH_BYTES + o, PF_HINT);
+    for (size_t o = 0; o < row_bytes; o += 64) _mm_prefetch((const char *)row + PREFETCH_BYTES + o, _MM_HINT_T1);
 }
 
 /* One function per type: the loop over rows around an inline row dot. */
