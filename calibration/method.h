@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "formats/int_artifact.h"
+#include "quantizers/intq.h"
 
 typedef struct dsq_seq_layer dsq_seq_layer;
 typedef struct dsq_seq_runner dsq_seq_runner;
@@ -46,6 +47,9 @@ typedef struct dsq_method {
     /* one routed expert of an MoE layer (calibration/moe.c; NULL: the method
      * does not handle MoE models yet, and the driver refuses them) */
     dsq_status (*expert)(struct dsq_seq_expert *x, struct dsq_seq_report *rep);
+    /* each INT group's range when --grid is not given (docs/algorithms.md
+     * "Group grids": the best measured of the grids the method takes) */
+    dsq_intq_grid default_grid;
 } dsq_method;
 
 /* The row named `name`, or NULL (no message: a lookup). */

@@ -455,4 +455,4 @@ static dsq_status awq_check(const dsq_seq_opts *o)
 
 const dsq_method dsq_method_awq = {
     "awq",     DSQ_STAT_MEAN_ABS | DSQ_STAT_INPUTS | DSQ_STAT_XTX, DSQ_INT_FORMAT_AWQ, 512, awq_check, awq_layer, NULL,
-    awq_expert};
+    awq_expert, DSQ_INTQ_GRID_MINMAX /* its clip search picks the range */};

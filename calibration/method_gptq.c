@@ -24,6 +24,7 @@ static dsq_status gptq_one(const dsq_seq_opts *o, const char *name, float *w, in
     go.percdamp = o->damp;
     go.act_order = o->act_order;
     go.static_groups = o->static_groups;
+    go.refit = o->refit;
     go.name = name;
     dsq_gptq_report gr;
     DSQ_TRY(dsq_gptq_quantize(w, out, in, H->h, &go, q, &gr));
@@ -165,4 +166,4 @@ dsq_status dsq_seq_gptq_expert(dsq_seq_expert *x, dsq_seq_report *rep)
 }
 
 const dsq_method dsq_method_gptq = {"gptq", DSQ_STAT_XTX, DSQ_INT_FORMAT_GPTQ, 2048, NULL, dsq_seq_gptq_layer, NULL,
-                                    dsq_seq_gptq_expert};
+                                    dsq_seq_gptq_expert, DSQ_INTQ_GRID_IMATRIX_MSE};

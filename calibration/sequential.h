@@ -99,6 +99,7 @@ typedef struct dsq_seq_opts {
     /* GPTQ */
     double damp;
     bool act_order, static_groups;
+    bool refit; /* each row's scales re-solved for GPTQ's codes (dsq_gptq_refit_scales) */
     /* AWQ (q above overrides awq.q) */
     dsq_awq_opts awq;
     int awq_loss_samples; /* samples the scale-search loss runs on; <= 0: all (AutoAWQ) */

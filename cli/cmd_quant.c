@@ -24,9 +24,6 @@
 #include "runtime/model.h"
 #include "runtime/tokenizer.h"
 
-/* The grid rtn and gptq use without --grid. */
-#define DEFAULT_GRID DSQ_INTQ_GRID_MINMAX
-
 static const char g_usage[] =
     "usage: dsquant rtn|awq|gptq MODEL -o OUT [options]\n"
     "\n"
@@ -47,11 +44,15 @@ static const char g_usage[] =
     "                         transformers/AutoGPTQ/GPTQModel, which vLLM does not load)\n"
     "  --static-groups        gptq: group parameters from the original weights\n"
     "  --damp F               gptq: dampening fraction of mean diag(H) (default 0.01)\n"
-    "  --grid G               rtn, gptq: each group's range: minmax (default), mse (the\n"
-    "                         clip ratio 1.00..0.81 with the least sum |w - q|^2.4), or\n"
-    "                         imatrix-mse (ratios 1.00..0.10, error weighted by each\n"
-    "                         input channel's mean x^2: gptq's Hessian diagonal; rtn\n"
-    "                         then calibrates on --calib)\n"
+    "  --grid G               rtn, gptq: each group's range: minmax (AutoAWQ's and\n"
+    "                         GPTQ's), mse (the clip ratio 1.00..0.81 with the least\n"
+    "                         sum |w - q|^2.4; rtn's default, no data), or imatrix-mse\n"
+    "                         (ratios 1.00..0.10, error weighted by each input\n"
+    "                         channel's mean x^2: gptq's Hessian diagonal, its default;\n"
+    "                         rtn then calibrates on --calib)\n"
+    "  --refit, --no-refit    gptq: after GPTQ, each row's scales re-solved by least\n"
+    "                         squares for its codes under the layer's Hessian (default\n"
+    "                         on; --no-refit keeps the scales GPTQ chose)\n"
     "  --format F             awq | gptq | compressed-tensors (default: awq for awq,\n"
     "                         gptq otherwise)\n"
     "  --calib NAME|FILE      calibration text: tinyshakespeare (default), gutenberg,\n"
@@ -86,6 +87,8 @@ typedef struct qargs {
     int bits, group, n_samples, seqlen, threads, eval_ctx, eval_chunks, loss_samples;
     int sym; /* -1: the format's default */
     bool act_order, desc_act, static_groups, skip, force, eval, json;
+    int refit; /* -1: the method's default */
+    bool grid_given;
     double damp;
     int fmt; /* -1: the method's default */
     int compute; /* -1 auto, 0 f32, 1 bf16 */
@@ -172,6 +175,8 @@ static int parse_opt(int argc, char **argv, int *i, void *user)
     else if (!strcmp(opt, "--act-order")) a->act_order = true;
     else if (!strcmp(opt, "--desc-act")) a->desc_act = true;
     else if (!strcmp(opt, "--static-groups")) a->static_groups = true;
+    else if (!strcmp(opt, "--refit")) a->refit = 1;
+    else if (!strcmp(opt, "--no-refit")) a->refit = 0;
     else if (!strcmp(opt, "--skip-indivisible")) a->skip = true;
     else if (!strcmp(opt, "--force")) a->force = true;
     else if (!strcmp(opt, "--eval")) a->eval = true;
@@ -190,7 +195,7 @@ static int parse(int argc, char **argv, qargs *a)
         return 2;
     }
     a->bits = 4, a->group = 128, a->n_samples = 128, a->sym = -1, a->damp = 0.01, a->fmt = -1, a->compute = -1;
-    a->grid = -1;
+    a->grid = -1, a->refit = -1;
     a->eval_ctx = 512, a->eval_chunks = 40;
     int n_pos, rc = dsq_cli_walk(argc, argv, argv[0], g_usage, parse_opt, a, &a->model, 1, &n_pos);
     if (rc) return rc;
@@ -206,7 +211,9 @@ static int parse(int argc, char **argv, qargs *a)
     if (a->desc_act) a->act_order = true;
     else if (a->act_order) a->static_groups = true;
     if (!a->seqlen) a->seqlen = a->method->default_seqlen ? a->method->default_seqlen : 512;
-    if (a->grid < 0) a->grid = DEFAULT_GRID;
+    a->grid_given = a->grid >= 0;
+    if (a->grid < 0) a->grid = (int)a->method->default_grid;
+    if (a->refit < 0) a->refit = a->method == &dsq_method_gptq; /* docs/algorithms.md "Scales refitted" */
     return 0;
 }
 
@@ -236,8 +243,10 @@ static dsq_status check_args(const qargs *a)
         return dsq_fail(DSQ_ERR_ARG, "awq needs a group size (AutoAWQ has no per-channel search)");
     if ((a->act_order || a->desc_act || a->static_groups) && a->method != &dsq_method_gptq)
         return dsq_fail(DSQ_ERR_ARG, "--act-order, --desc-act and --static-groups are GPTQ options");
-    if (a->grid != DEFAULT_GRID && a->method != &dsq_method_rtn && a->method != &dsq_method_gptq)
+    if (a->grid_given && a->grid != DSQ_INTQ_GRID_MINMAX && a->method != &dsq_method_rtn && a->method != &dsq_method_gptq)
         return dsq_fail(DSQ_ERR_ARG, "--grid is an rtn and gptq option (awq searches its own clipping)");
+    if (a->refit > 0 && a->method != &dsq_method_gptq)
+        return dsq_fail(DSQ_ERR_ARG, "--refit is a GPTQ option (it re-solves GPTQ's scales for its codes)");
     if (a->loss_samples > 0 && a->method != &dsq_method_awq)
         return dsq_fail(DSQ_ERR_ARG, "--loss-samples is an AWQ option");
     if (a->loss_samples > a->n_samples)
@@ -290,6 +299,7 @@ static dsq_status seq_opts(const qargs *a, dsq_seq_opts *o)
     o->damp = a->damp;
     o->act_order = a->act_order;
     o->static_groups = a->static_groups;
+    o->refit = a->refit > 0;
     o->threads = a->threads;
     o->awq_loss_samples = a->loss_samples;
     o->bf16 = a->compute == 1 || (a->compute < 0 && dsq_cpu_has_avx512bf16());
@@ -368,6 +378,7 @@ static void print_results(const qargs *a, const results *r)
     cJSON_AddBoolToObject(o, "sym", a->sym != 0);
     if (a->method != &dsq_method_awq) /* AWQ searches its own clipping */
         cJSON_AddStringToObject(o, "grid", dsq_intq_grid_get((dsq_intq_grid)a->grid)->name);
+    if (a->method == &dsq_method_gptq) cJSON_AddBoolToObject(o, "refit", a->refit > 0);
     cJSON_AddNumberToObject(o, "n_quantized", (double)r->rep.n_quantized);
     cJSON_AddNumberToObject(o, "n_unquantized", (double)r->rep.n_skipped);
     if (uses_data(a)) {

@@ -632,6 +632,12 @@ dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, const d
             out->g_idx = NULL;
         }
     }
+    if (o->refit) {
+        double mean = 0.0;
+        for (int64_t i = 0; i < cols; i++) mean += dead[i] ? 1.0 : H[i * cols + i];
+        st = dsq_gptq_refit_scales(w, H, rep.percdamp * mean / (double)cols, out, name, &rep.n_refit);
+        if (st != DSQ_OK) goto done;
+    }
     if (report) *report = rep;
 done:
     free(perm);

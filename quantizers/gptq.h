@@ -70,6 +70,7 @@ typedef struct dsq_gptq_opts {
     int block_size;    /* lazy-batch width; 0 means 128 */
     bool act_order;    /* desc_act */
     bool static_groups;
+    bool refit;       /* after the columns: each row's scales re-solved for its codes (dsq_gptq_refit_scales) */
     const char *name; /* layer name for messages; may be NULL */
 } dsq_gptq_opts;
 
@@ -81,12 +82,20 @@ typedef struct dsq_gptq_report {
     double percdamp; /* dampening that factored */
     int damp_tries;  /* 1 when the first dampening worked */
     int64_t n_dead;  /* columns with diag(H) == 0 */
+    int64_t n_refit; /* scales the refit changed */
 } dsq_gptq_report;
 
 /* Quantizes w [rows x cols] given H [cols x cols] (symmetric, double; not
  * modified). out is allocated here (free with dsq_intq_free); report may be NULL. */
 dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, const double *H, const dsq_gptq_opts *o,
                              dsq_intq *out, dsq_gptq_report *report);
+
+/* Replaces q's scales by the least-squares scales for its codes under the
+ * layer loss tr((W - Q)(H + damp I)(W - Q)^T) (gptq_refit.c): codes, zeros and
+ * g_idx stay. w is the weight GPTQ started from; *n_changed (may be NULL)
+ * receives the number of scales that moved. */
+dsq_status dsq_gptq_refit_scales(const float *w, const double *H, double damp, dsq_intq *q, const char *name,
+                                 int64_t *n_changed);
 
 /* The upper Cholesky factor U of (H + damp*I)^-1, double [n x n] (lower part
  * zero). Returns DSQ_ERR_NUMERIC when H + damp*I is not positive definite.

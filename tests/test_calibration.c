@@ -580,6 +580,7 @@ static void test_cli_rtn(void **state)
         {"awq", "--group 64 --n-samples 4 --loss-samples 8", "--loss-samples 8 exceeds --n-samples 4"},
         {"rtn", "--group 64 --grid l2", "--grid takes minmax, mse or imatrix-mse, not \"l2\""},
         {"awq", "--group 64 --grid mse", "--grid is an rtn and gptq option"},
+        {"rtn", "--group 64 --refit", "--refit is a GPTQ option"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(cmd, sizeof cmd, "%s %s %s -o %s/bad -q %s", DSQ_BINARY, bad[i][0], model, dir, bad[i][1]);
@@ -609,6 +610,19 @@ static void test_cli_rtn(void **state)
         expect_in_file(dir, "rtn.json", "\"grid\":\t\"imatrix-mse\"");
         expect_in_file(dir, "rtn.json", "\"n_samples\":\t2");
         expect_in_file(dir, "rtn-im/config.json", "\"observer\":\t\"imatrix_mse\"");
+        /* the defaults: GPTQ searches with its Hessian's diagonal and refits its scales, RTN searches unweighted */
+        snprintf(cmd, sizeof cmd,
+                 "%s gptq %s -o %s/gptq -q --group 64 --format compressed-tensors --calib %s --n-samples 2 "
+                 "--seqlen 64 --json > %s/gptq.json",
+                 DSQ_BINARY, cut, dir, calib, dir);
+        if (dsq_test_run(cmd, err, sizeof err) != 0) fail_msg("%s: %s", cmd, err);
+        snprintf(cmd, sizeof cmd, "%s rtn %s -o %s/rtn -q --group 64 --json > %s/rtn0.json", DSQ_BINARY, cut, dir, dir);
+        if (dsq_test_run(cmd, err, sizeof err) != 0) fail_msg("%s: %s", cmd, err);
+        expect_in_file(dir, "gptq.json", "\"grid\":\t\"imatrix-mse\"");
+        expect_in_file(dir, "gptq.json", "\"refit\":\ttrue");
+        expect_in_file(dir, "gptq/config.json", "\"observer\":\t\"imatrix_mse\"");
+        expect_in_file(dir, "rtn0.json", "\"grid\":\t\"mse\"");
+        expect_in_file(dir, "rtn/quantize_config.json", "\"grid\":\t\"mse\"");
         free(calib);
     }
     free(model);

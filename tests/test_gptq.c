@@ -326,6 +326,60 @@ static void test_beats_rtn(void **state)
     free(wq);
 }
 
+/* The refit keeps GPTQ's codes, zeros and g_idx and never raises the layer
+ * loss it solves for, tr((W - Q) H (W - Q)^T) (checked on the inputs' own
+ * output error, H without damping, so a tolerance of the ridge's size), with
+ * static groups, g_idx groups and per channel; at 3 bits it lowers it. */
+static void test_refit_scales(void **state)
+{
+    (void)state;
+    const int rows = 24, cols = 128, n = 512;
+    float *x = correlated_inputs(n, cols, 21);
+    double *H = hessian_of(x, n, cols);
+    float *w = random_weight(rows, cols, 22);
+    float *wq = malloc(sizeof(float) * rows * cols);
+    const struct {
+        int bits, group;
+        bool sym, act, stat;
+    } cases[] = {{3, 32, true, true, true}, {3, 32, false, true, false}, {4, 64, true, false, false},
+                 {2, -1, true, true, false}, {4, 128, false, true, true}};
+    double gain3 = 0.0;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        dsq_gptq_opts o = dsq_gptq_default_opts();
+        o.q.bits = cases[k].bits;
+        o.q.group_size = cases[k].group;
+        o.q.sym = cases[k].sym;
+        o.act_order = cases[k].act;
+        o.static_groups = cases[k].stat;
+        dsq_intq a, b;
+        dsq_gptq_report ra, rb;
+        assert_int_equal(dsq_gptq_quantize(w, rows, cols, H, &o, &a, &ra), DSQ_OK);
+        o.refit = true;
+        assert_int_equal(dsq_gptq_quantize(w, rows, cols, H, &o, &b, &rb), DSQ_OK);
+        assert_int_equal(ra.n_refit, 0);
+        assert_true(rb.n_refit > 0);
+        assert_memory_equal(a.codes, b.codes, (size_t)rows * cols);
+        assert_memory_equal(a.zeros, b.zeros, (size_t)(rows * a.n_groups));
+        assert_true((a.g_idx == NULL) == (b.g_idx == NULL));
+        if (a.g_idx) assert_memory_equal(a.g_idx, b.g_idx, sizeof(int32_t) * cols);
+        for (int64_t i = 0; i < rows * a.n_groups; i++) assert_true(isfinite(b.scales[i]) && b.scales[i] > 0.0f);
+        assert_int_equal(dsq_intq_dequantize(&a, wq), DSQ_OK);
+        double ea = output_error(x, n, w, wq, rows, cols);
+        assert_int_equal(dsq_intq_dequantize(&b, wq), DSQ_OK);
+        double eb = output_error(x, n, w, wq, rows, cols);
+        if (!(eb <= ea * (1.0 + 1e-4)))
+            fail_msg("case %d: refit output error %g > GPTQ's %g", (int)k, eb, ea);
+        if (k == 0) gain3 = eb / ea;
+        dsq_intq_free(&a);
+        dsq_intq_free(&b);
+    }
+    if (!(gain3 < 0.99)) fail_msg("3-bit static groups: refit kept %g of the output error", gain3);
+    free(x);
+    free(H);
+    free(w);
+    free(wq);
+}
+
 static void test_act_order_g_idx(void **state)
 {
     (void)state;
@@ -444,7 +498,7 @@ int main(void)
         cmocka_unit_test(test_hessian_bf16),        cmocka_unit_test(test_hinv_factor),
         cmocka_unit_test(test_diagonal_equals_rtn),       cmocka_unit_test(test_beats_rtn),
         cmocka_unit_test(test_act_order_g_idx),           cmocka_unit_test(test_dead_columns),
-        cmocka_unit_test(test_damping_retry_and_failure),
+        cmocka_unit_test(test_damping_retry_and_failure), cmocka_unit_test(test_refit_scales),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

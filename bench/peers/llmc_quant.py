@@ -12,6 +12,8 @@ set to the bits/group being compared:
         (dampening_frac 0.01, block_size 128, actorder "static" by default);
         --observer sets the weights' observer (imatrix_mse: each group's
         scale searched with the error weighted by the input's mean x^2)
+  rtn   QuantizationModifier(config_groups=INT{bits} sym group {group}, ignore
+        lm_head): round-to-nearest; the windows only feed imatrix_mse
   awq   AWQModifier() (duo scaling, n_grid 20, default Llama mappings)
         + QuantizationModifier(INT{bits} asym group {group}, ignore lm_head)
   sq    SmoothQuantModifier(smoothing_strength={alpha}) (its default Llama
@@ -54,7 +56,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--method", choices=["awq", "gptq", "sq", "fp8-dynamic", "fp8-block"], required=True)
+    ap.add_argument("--method", choices=["rtn", "awq", "gptq", "sq", "fp8-dynamic", "fp8-block"], required=True)
     ap.add_argument("--bits", type=int, default=4)
     ap.add_argument("--group", type=int, default=64)
     ap.add_argument("--alpha", type=float, default=0.8, help="SmoothQuant smoothing_strength (sq)")
@@ -62,12 +64,17 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--observer", help="the weights' observer (gptq, awq): minmax (the default), mse, imatrix_mse")
     a = ap.parse_args()
+    if a.observer == "minmax":
+        a.observer = None  # the schemes' default: keeps the recipe exactly llm-compressor's own
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     t0 = time.time()
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype="auto")
     n = seqlen = 0
-    if a.method.startswith("fp8-"):
+    if a.method == "rtn" and not a.windows:
+        recipe = [QuantizationModifier(config_groups=scheme(a.bits, a.group, True), ignore=["lm_head"])]
+        oneshot(model=model, recipe=recipe, output_dir=a.out, save_compressed=True)
+    elif a.method.startswith("fp8-"):
         # data-free: weights are scaled from themselves, activations at run time
         preset = {"fp8-dynamic": "FP8_DYNAMIC", "fp8-block": "FP8_BLOCK"}[a.method]
         recipe = [QuantizationModifier(targets="Linear", scheme=preset, ignore=["lm_head"])]
@@ -76,7 +83,10 @@ def main():
         windows = json.load(open(a.windows))
         n, seqlen = len(windows), len(windows[0])
         ds = Dataset.from_dict({"input_ids": windows, "attention_mask": [[1] * seqlen for _ in windows]})
-        if a.method == "gptq":
+        if a.method == "rtn":
+            recipe = [QuantizationModifier(config_groups=scheme(a.bits, a.group, True, a.observer),
+                                           ignore=["lm_head"])]
+        elif a.method == "gptq":
             recipe = [GPTQModifier(config_groups=scheme(a.bits, a.group, True, a.observer), ignore=["lm_head"])]
         elif a.method == "sq":
             recipe = [SmoothQuantModifier(smoothing_strength=a.alpha),
