@@ -144,8 +144,7 @@ class Table:
     def deltas(self, tool, method, scheme, grid, seeds):
         _, pb = self.base(scheme)
         out = []
-        for s in seeds:
-            s = 0 if (tool, method, grid) in DATA_FREE else s
+        for s in ([0] if (tool, method, grid) in DATA_FREE else seeds):  # one run stands for every seed
             c = self.cells.get(f"{tool}/{method}/{scheme}/{grid}/{s}")
             if c and c.get("ppl"):
                 out.append((c["ppl"] - pb, c["seconds"]))
