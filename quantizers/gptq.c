@@ -633,6 +633,8 @@ dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, const d
         }
     }
     if (o->refit) {
+        free(U); /* the factor is done with: the refit's own [cols x cols] takes its place */
+        U = NULL;
         double mean = 0.0;
         for (int64_t i = 0; i < cols; i++) mean += dead[i] ? 1.0 : H[i * cols + i];
         st = dsq_gptq_refit_scales(w, H, rep.percdamp * mean / (double)cols, out, name, &rep.n_refit);

@@ -13,18 +13,22 @@
  * cols^2 multiply-adds per row, the order of GPTQ's own updates. A small ridge
  * towards GPTQ's scales keeps groups whose codes are all at the zero point
  * (and nearly singular systems) where GPTQ put them; a solved scale that is not
- * finite and positive keeps GPTQ's too. The codes stay, so the artifact's
+ * finite and positive keeps GPTQ's too. Rows of more than REFIT_MAX_GROUPS
+ * groups keep GPTQ's scales (the solve is groups^3 per row, the system
+ * groups^2 per row of the tile). The codes stay, so the artifact's
  * layout and every reader's arithmetic are unchanged. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "kernels/gemm.h"
 #include "quantizers/gptq.h"
 #include "quantizers/gptq_internal.h"
 
-#define REFIT_ROWS 64 /* rows per tile: the GEMMs' m */
-#define RIDGE 1e-6    /* of the mean diagonal of A^T H A */
+#define REFIT_ROWS 64        /* rows per tile: the GEMMs' m */
+#define RIDGE 1e-6           /* of the mean diagonal of A^T H A */
+#define REFIT_MAX_GROUPS 256 /* 14336 / 64 (Llama-3-8B's down_proj at g64) fits; 28672 / 32 does not */
 
 typedef struct refit_ctx {
     const float *w;
@@ -128,6 +132,14 @@ dsq_status dsq_gptq_refit_scales(const float *w, const double *H, double damp, d
 {
     name = name ? name : "?";
     const int64_t rows = q->rows, n = q->cols, ng = q->n_groups, gs = q->group_size;
+    if (n_changed) *n_changed = 0;
+    if (ng > REFIT_MAX_GROUPS) { /* a groups^3 solve per row: GPTQ's scales stay */
+        static int said;
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            DSQ_LOGI("gptq refit: rows of more than %d groups (layer %s: %lld) keep GPTQ's scales", REFIT_MAX_GROUPS,
+                     name, (long long)ng);
+        return DSQ_OK;
+    }
     int64_t *order = malloc((size_t)n * sizeof *order);
     int64_t *fill = calloc((size_t)ng, sizeof *fill);
     double *Hd = malloc((size_t)n * sizeof *Hd);
