@@ -33,7 +33,7 @@ import statistics
 import subprocess
 import sys
 
-from run_peers import CACHE, HERE, ROOT, copy_tokenizer, dsquant, measured, try_ppl
+from run_peers import CACHE, HERE, ROOT, copy_tokenizer, dsquant, measured, try_ppl, write_windows
 
 GRIDS = {  # method -> tool -> grids (dsquant's --grid / llm-compressor's observer)
     "rtn": {"dsq": ["minmax", "mse", "imatrix-mse"], "llmc": ["minmax", "imatrix_mse"]},
@@ -88,12 +88,7 @@ class Table:
         j = json.loads(dsquant(self.a.dsquant, "rtn", base, "-o", out, "--force", "--grid", "imatrix-mse",
                                "--group", "64", "--format", "compressed-tensors", *self.calib(seed), "--json"))
         shutil.rmtree(out, ignore_errors=True)
-        ids = [int(t) for t in dsquant(self.a.dsquant, "tokenize", base, "--file", j["calib"]).split()]
-        if len(ids) != j["calib_text_tokens"]:
-            sys.exit(f"tokenize gave {len(ids)} ids, calibration saw {j['calib_text_tokens']}")
-        w = [ids[s:s + self.a.seqlen] for s in j["calib_starts"]]
-        with open(path, "w") as f:
-            json.dump(w, f)
+        os.replace(write_windows(self.a, base, j), path)  # run_peers' windows file, kept per base and seed
         return path
 
     def calib(self, seed):
