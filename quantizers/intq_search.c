@@ -6,7 +6,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/cpu.h"
 #include "quantizers/intq_internal.h"
+#include "quantizers/intq_search_lanes.h"
 
 static const dsq_intq_grid_info k_grids[DSQ_INTQ_GRID_N] = {
     [DSQ_INTQ_GRID_MINMAX] = {"minmax", 1, 0.0f, 2.0f, false},
@@ -28,51 +30,43 @@ int dsq_intq_grid_parse(const char *name)
     return -1;
 }
 
-/* Round half to even for |x| < 2^22 by the float format itself (what rintf
- * does in the default rounding mode) without a library call; larger values
- * only happen far outside the code range, where the clamp decides. */
-static inline float round_even(float x)
+int64_t dsq_intq_lanes_ref(float acc[DSQ_INTQ_LANES], const float *w, int64_t n, const float *imp,
+                           const dsq_intq_code_grid *g, float norm)
 {
-    const float magic = 12582912.0f; /* 1.5 * 2^23 */
-    return (x + magic) - magic;
+    return dsq_intq_lanes_body(acc, w, n, imp, g, norm);
 }
 
-/* One value's code error |dequant(code) - w| as dsq_intq_code gives codes. */
-static inline float code_error(float w, float lo, float hi, float s, float zf, float top)
+/* The lane sum on the widest copy this CPU runs; all give the same bits. */
+static int64_t lanes(float acc[DSQ_INTQ_LANES], const float *w, int64_t n, const float *imp,
+                     const dsq_intq_code_grid *g, float norm)
 {
-    float v = w < lo ? lo : w > hi ? hi : w;
-    float r = round_even(v / s) + zf;
-    r = r < 0.0f ? 0.0f : r > top ? top : r;
-    return fabsf((r - zf) * s - w);
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (dsq_cpu_has(DSQ_CPU_AVX512F)) return dsq_intq_lanes_avx512(acc, w, n, imp, g, norm);
+    if (dsq_cpu_has(DSQ_CPU_AVX2)) return dsq_intq_lanes_avx2(acc, w, n, imp, g, norm);
+#endif
+    return dsq_intq_lanes_ref(acc, w, n, imp, g, norm);
 }
 
-/* E at one total ratio from the group's min and max; the exponents the
- * table uses each get a loop without a call in it. */
+/* E at one total ratio from the group's min and max. */
 static double range_error(const float *w, int64_t n, const float *imp, float mn, float mx, const dsq_intq_params *p,
                           float clip, float norm)
 {
     float s, t;
     int z;
     dsq_intq_range_params(mn, mx, p, clip, &s, &z, &t);
-    const float zf = (float)z, top = (float)dsq_intq_maxq(p->bits);
-    const float lo = t < INFINITY ? -t : -FLT_MAX, hi = t < INFINITY ? t : FLT_MAX;
-    float e = 0.0f;
-    if (norm == 2.0f) {
-        for (int64_t i = 0; i < n; i++) {
-            float d = code_error(w[i], lo, hi, s, zf, top);
-            e += (imp ? imp[i] : 1.0f) * d * d;
-        }
-    } else if (norm == 3.0f) {
-        for (int64_t i = 0; i < n; i++) {
-            float d = code_error(w[i], lo, hi, s, zf, top);
-            e += (imp ? imp[i] : 1.0f) * d * d * d;
-        }
-    } else {
-        for (int64_t i = 0; i < n; i++) {
-            float d = code_error(w[i], lo, hi, s, zf, top);
-            e += (imp ? imp[i] : 1.0f) * powf(d, norm);
-        }
+    const dsq_intq_code_grid g = {t < INFINITY ? -t : -FLT_MAX, t < INFINITY ? t : FLT_MAX, s, (float)z,
+                                  (float)dsq_intq_maxq(p->bits)};
+    float acc[DSQ_INTQ_LANES] = {0};
+    for (int64_t i = lanes(acc, w, n, imp, &g, norm); i < n; i++) { /* the tail; any other exponent */
+        const float d = dsq_intq_code_error(w[i], &g);
+        const float q = norm == 2.0f   ? d * d
+                        : norm == 3.0f ? d * d * d
+                        : norm == 2.4f ? dsq_intq_pow_2p4(d)
+                                       : powf(d, norm);
+        acc[i % DSQ_INTQ_LANES] += (imp ? imp[i] : 1.0f) * q;
     }
+    float e = 0.0f;
+    for (int l = 0; l < DSQ_INTQ_LANES; l++) e += acc[l];
     return (double)e;
 }
 

@@ -1,0 +1,10 @@
+/* The AVX512 copy of the group search's lane sum (quantizers/intq_search_lanes.h):
+ * the same source, built with its row of DSQ_SIMD_SOURCES in CMakeLists.txt and
+ * called only behind dsq_cpu_has in quantizers/intq_search.c. */
+#include "quantizers/intq_search_lanes.h"
+
+int64_t dsq_intq_lanes_avx512(float acc[DSQ_INTQ_LANES], const float *w, int64_t n, const float *imp,
+                              const dsq_intq_code_grid *g, float norm)
+{
+    return dsq_intq_lanes_body(acc, w, n, imp, g, norm);
+}
