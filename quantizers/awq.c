@@ -11,7 +11,7 @@
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"      /* d G in the quadratic-form loss */
 #include "kernels/gemm_bf16.h" /* the same in BF16 passes */
-#include "kernels/vec.h"  /* SIMD dot products: the clip search is mostly dots of one group */
+#include "quantizers/intq_search.h"
 
 dsq_awq_opts dsq_awq_default_opts(void)
 {
@@ -46,11 +46,11 @@ void dsq_awq_x_mean(const float *x, int64_t n_tok, int64_t cols, float *x_mean)
     free(acc);
 }
 
-dsq_status dsq_awq_w_mean_add(double *acc, int64_t *total, const float *w, int64_t rows, int64_t cols,
-                              int group_size)
+dsq_status dsq_awq_w_mean_add(double *acc, int64_t *total, const float *w, int64_t rows, int64_t cols, int group_size)
 {
     int64_t gs = group_size > 0 ? group_size : cols;
-    if (cols % gs) return dsq_fail(DSQ_ERR_ARG, "awq: group size %lld does not divide %lld", (long long)gs, (long long)cols);
+    if (cols % gs)
+        return dsq_fail(DSQ_ERR_ARG, "awq: group size %lld does not divide %lld", (long long)gs, (long long)cols);
     for (int64_t r = 0; r < rows; r++) {
         const float *row = w + r * cols;
         for (int64_t g0 = 0; g0 < cols; g0 += gs) {
@@ -72,7 +72,8 @@ dsq_status dsq_awq_w_mean(const float *const *w, const int64_t *rows, int n, int
                           float *w_mean)
 {
     int64_t gs = group_size > 0 ? group_size : cols, total = 0;
-    if (cols % gs) return dsq_fail(DSQ_ERR_ARG, "awq: group size %lld does not divide %lld", (long long)gs, (long long)cols);
+    if (cols % gs)
+        return dsq_fail(DSQ_ERR_ARG, "awq: group size %lld does not divide %lld", (long long)gs, (long long)cols);
     double *acc = calloc((size_t)cols, sizeof *acc);
     if (!acc) return dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
     dsq_status st = DSQ_OK;
@@ -140,8 +141,9 @@ dsq_status dsq_awq_fake_quant(const float *w, int64_t rows, int64_t cols, const 
         free(q);
     }
     if (failed == 1) return dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
-    if (failed == 2) return dsq_fail(DSQ_ERR_NUMERIC, "awq: non-finite weight in a %lld x %lld linear", (long long)rows,
-                                     (long long)cols);
+    if (failed == 2)
+        return dsq_fail(DSQ_ERR_NUMERIC, "awq: non-finite weight in a %lld x %lld linear", (long long)rows,
+                        (long long)cols);
     return DSQ_OK;
 }
 
@@ -175,7 +177,8 @@ dsq_status dsq_awq_quad_loss(const float *w, const float *wq, int64_t rows, int6
         void *gs = NULL;
         if (nr > 0) {
             t = malloc((size_t)(nr * cols) * sizeof *t);
-            size_t gb = bf16 ? dsq_gemm_bf16_scratch_bytes(cols, cols) : dsq_gemm_scratch_floats(cols, cols) * sizeof(float);
+            size_t gb =
+                bf16 ? dsq_gemm_bf16_scratch_bytes(cols, cols) : dsq_gemm_scratch_floats(cols, cols) * sizeof(float);
             gs = aligned_alloc(64, (gb + 63) & ~(size_t)63);
             if (bf16) db = malloc((size_t)(nr * ld) * sizeof *db);
             if (!d || !t || !gs || (bf16 && !db)) {
@@ -197,8 +200,9 @@ dsq_status dsq_awq_quad_loss(const float *w, const float *wq, int64_t rows, int6
         free(db);
         free(gs);
     }
-    if (failed) return dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory for the loss of a %lld x %lld linear", (long long)rows,
-                                (long long)cols);
+    if (failed)
+        return dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory for the loss of a %lld x %lld linear", (long long)rows,
+                        (long long)cols);
     *loss = rows > 0 ? total / (double)rows : 0.0;
     return DSQ_OK;
 }
@@ -229,8 +233,9 @@ dsq_status dsq_awq_direct_loss(const float *w, const float *wq, int64_t rows, in
         free(t);
         free(gs);
     }
-    if (failed) return dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory for the loss of a %lld x %lld linear", (long long)rows,
-                                (long long)cols);
+    if (failed)
+        return dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory for the loss of a %lld x %lld linear", (long long)rows,
+                        (long long)cols);
     *loss = rows > 0 && n_tok > 0 ? total / ((double)rows * (double)n_tok) : 0.0;
     return DSQ_OK;
 }
@@ -291,31 +296,26 @@ void dsq_awq_div_cols(float *x, int64_t n_tok, int64_t cols, const float *s)
         for (int64_t c = 0; c < cols; c++) x[t * cols + c] /= s[c];
 }
 
-/* Best threshold of one (row, group). The error of a candidate q, the mean
+/* Best threshold of one (row, group): the shared group search
+ * (quantizers/intq_search.h) on AutoAWQ's grid, t = amax * (1 - i / n_grid)
+ * for i < max_shrink * n_grid, with the Gram objective. Its error, the mean
  * over the sampled tokens of (x_g . q - x_g . w_g)^2, is d^T G d with
  * d = q - w_g and G = x_g^T x_g / n_tok the group's Gram matrix: the same
  * number as AutoAWQ's per-token sum, at gs^2 instead of n_tok * gs per
- * candidate. */
-static dsq_status clip_group(const float *wg, int64_t gs, const float *G, const dsq_awq_opts *o, float *cw, float *q,
-                             float *d, float *best)
+ * candidate. The AWQ rule's params at ratio c are those of the group
+ * clamped to +-c amax, which is what AutoAWQ quantizes. */
+static dsq_status clip_group(const float *wg, int64_t gs, const float *G, const dsq_awq_opts *o, float *d, float *best)
 {
     float amax = 0.0f;
-    for (int64_t k = 0; k < gs; k++) amax = fabsf(wg[k]) > amax ? fabsf(wg[k]) : amax;
-    *best = amax;
-    double min_err = INFINITY;
-    int n_shrink = (int)(o->max_shrink * o->n_grid);
-    for (int i = 0; i < n_shrink; i++) {
-        float t = amax * (1.0f - (float)i / (float)o->n_grid);
-        for (int64_t k = 0; k < gs; k++) cw[k] = wg[k] < -t ? -t : wg[k] > t ? t : wg[k];
-        DSQ_TRY(fake_group(cw, gs, &o->q, q));
-        for (int64_t k = 0; k < gs; k++) d[k] = q[k] - wg[k];
-        double err = 0;
-        for (int64_t k = 0; k < gs; k++) err += (double)d[k] * (double)dsq_vec_dot_f32(gs, G + k * gs, d);
-        if (err < min_err) {
-            min_err = err;
-            *best = t;
-        }
+    for (int64_t k = 0; k < gs; k++) {
+        if (!isfinite(wg[k])) return dsq_fail(DSQ_ERR_NUMERIC, "awq clip: non-finite weight");
+        amax = fabsf(wg[k]) > amax ? fabsf(wg[k]) : amax;
     }
+    const dsq_intq_objective obj = {NULL, 2.0f, G};
+    const int n_shrink = (int)(o->max_shrink * o->n_grid);
+    const float ratio =
+        n_shrink > 0 ? dsq_intq_search_grid(wg, gs, &o->q, 1.0f, n_shrink, o->n_grid, &obj, d, NULL) : 1.0f;
+    *best = amax * ratio;
     return DSQ_OK;
 }
 
@@ -371,29 +371,27 @@ dsq_status dsq_awq_search_clip(const float *w, int64_t rows, int64_t cols, const
     int failed = 0;
 #pragma omp parallel
     {
-        float *cw = malloc((size_t)gs * sizeof *cw), *q = malloc((size_t)gs * sizeof *q),
-              *d = malloc((size_t)gs * sizeof *d);
-        if (!cw || !q || !d) {
+        float *d = malloc((size_t)gs * sizeof *d);
+        if (!d) {
 #pragma omp atomic write
             failed = 1;
         }
 #pragma omp for schedule(dynamic, 4)
         for (int64_t r = 0; r < rows; r++) {
-            if (!cw || !q || !d) continue;
+            if (!d) continue;
             for (int64_t g = 0; g < ng; g++)
-                if (clip_group(w + r * cols + g * gs, gs, G + g * gs * gs, o, cw, q, d, &max_val[r * ng + g]) != DSQ_OK) {
+                if (clip_group(w + r * cols + g * gs, gs, G + g * gs * gs, o, d, &max_val[r * ng + g]) != DSQ_OK) {
 #pragma omp atomic write
                     failed = 2;
                 }
         }
-        free(cw);
-        free(q);
         free(d);
     }
     free(G);
     if (failed == 1) return dsq_fail(DSQ_ERR_NOMEM, "awq clip: out of memory");
-    if (failed == 2) return dsq_fail(DSQ_ERR_NUMERIC, "awq clip: non-finite weight in a %lld x %lld linear",
-                                     (long long)rows, (long long)cols);
+    if (failed == 2)
+        return dsq_fail(DSQ_ERR_NUMERIC, "awq clip: non-finite weight in a %lld x %lld linear", (long long)rows,
+                        (long long)cols);
     return DSQ_OK;
 }
 

@@ -18,7 +18,9 @@
  * Clip search, per (row, group) of one linear: shrink t = amax * (1 - i/n_grid)
  * for i < max_shrink * n_grid, error = mean over sampled tokens of
  * (x_g . Q(clamp(w_g, -t, t)) - x_g . w_g)^2; tokens sampled with stride
- * max(1, n_tok / n_sample_token). */
+ * max(1, n_tok / n_sample_token). It runs on the group search that RTN and
+ * GPTQ use (dsq_intq_search_grid, quantizers/intq_search.h), with this grid
+ * and the group's Gram matrix as its objective. */
 #ifndef DSQ_QUANTIZERS_AWQ_H
 #define DSQ_QUANTIZERS_AWQ_H
 
@@ -51,8 +53,7 @@ dsq_status dsq_awq_w_mean(const float *const *w, const int64_t *rows, int n, int
 /* The same in parts, for linears that are not in memory together (MoE
  * experts): acc [cols] (zeroed) and *total (0) take one linear at a time,
  * then finish writes w_mean. */
-dsq_status dsq_awq_w_mean_add(double *acc, int64_t *total, const float *w, int64_t rows, int64_t cols,
-                              int group_size);
+dsq_status dsq_awq_w_mean_add(double *acc, int64_t *total, const float *w, int64_t rows, int64_t cols, int group_size);
 void dsq_awq_w_mean_finish(const double *acc, int64_t total, int64_t cols, float *w_mean);
 
 /* The scales of grid ratio r (see above), normalised. */

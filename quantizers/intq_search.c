@@ -7,13 +7,14 @@
 #include <string.h>
 
 #include "kernels/cpu.h"
+#include "kernels/vec.h" /* the Gram objective: dots of one group */
 #include "quantizers/intq_internal.h"
 #include "quantizers/intq_search_lanes.h"
 
 static const dsq_intq_grid_info k_grids[DSQ_INTQ_GRID_N] = {
-    [DSQ_INTQ_GRID_MINMAX] = {"minmax", 1, 0.0f, 2.0f, false},
-    [DSQ_INTQ_GRID_MSE] = {"mse", 20, 0.01f, 2.4f, false},
-    [DSQ_INTQ_GRID_IMATRIX_MSE] = {"imatrix-mse", 19, 0.05f, 3.0f, true},
+    [DSQ_INTQ_GRID_MINMAX] = {"minmax", 1, 1, 2.0f, false},
+    [DSQ_INTQ_GRID_MSE] = {"mse", 20, 100, 2.4f, false},
+    [DSQ_INTQ_GRID_IMATRIX_MSE] = {"imatrix-mse", 19, 20, 3.0f, true},
 };
 
 const dsq_intq_grid_info *dsq_intq_grid_get(dsq_intq_grid g)
@@ -47,15 +48,21 @@ static int64_t lanes(float acc[DSQ_INTQ_LANES], const float *w, int64_t n, const
     return dsq_intq_lanes_ref(acc, w, n, imp, g, norm);
 }
 
-/* E at one total ratio from the group's min and max. */
-static double range_error(const float *w, int64_t n, const float *imp, float mn, float mx, const dsq_intq_params *p,
-                          float clip, float norm)
+/* The code grid of the rule at one total ratio, from the group's min and max. */
+static dsq_intq_code_grid code_grid(float mn, float mx, const dsq_intq_params *p, float clip)
 {
     float s, t;
     int z;
     dsq_intq_range_params(mn, mx, p, clip, &s, &z, &t);
-    const dsq_intq_code_grid g = {t < INFINITY ? -t : -FLT_MAX, t < INFINITY ? t : FLT_MAX, s, (float)z,
-                                  (float)dsq_intq_maxq(p->bits)};
+    return (dsq_intq_code_grid){t < INFINITY ? -t : -FLT_MAX, t < INFINITY ? t : FLT_MAX, s, (float)z,
+                                (float)dsq_intq_maxq(p->bits)};
+}
+
+/* E at one total ratio from the group's min and max. */
+static double range_error(const float *w, int64_t n, const float *imp, float mn, float mx, const dsq_intq_params *p,
+                          float clip, float norm)
+{
+    const dsq_intq_code_grid g = code_grid(mn, mx, p, clip);
     float acc[DSQ_INTQ_LANES] = {0};
     for (int64_t i = lanes(acc, w, n, imp, &g, norm); i < n; i++) { /* the tail; any other exponent */
         const float d = dsq_intq_code_error(w[i], &g);
@@ -78,6 +85,40 @@ double dsq_intq_group_error(const float *w, int64_t n, const float *imp, const d
     return range_error(w, n, imp, mn, mx, p, clip, norm);
 }
 
+/* E as d^T G d, d the group's dequantization error at one total ratio, in
+ * double; d goes through scratch. */
+static double gram_error(const float *w, int64_t n, const float *G, float mn, float mx, const dsq_intq_params *p,
+                         float clip, float *d)
+{
+    const dsq_intq_code_grid g = code_grid(mn, mx, p, clip);
+    for (int64_t i = 0; i < n; i++) d[i] = dsq_intq_code_delta(w[i], &g);
+    double e = 0.0;
+    for (int64_t k = 0; k < n; k++) e += (double)d[k] * (double)dsq_vec_dot_f32(n, G + k * n, d);
+    return e;
+}
+
+float dsq_intq_grid_ratio(int k, int steps) { return (float)(1.0 - (double)k / (double)steps); }
+
+float dsq_intq_search_grid(const float *w, int64_t n, const dsq_intq_params *p, float clip, int n_ratios, int steps,
+                           const dsq_intq_objective *obj, float *scratch, double *err)
+{
+    float mn, mx;
+    dsq_intq_min_max(w, n, &mn, &mx);
+    float best_ratio = 1.0f;
+    double best = INFINITY;
+    for (int k = 0; k < n_ratios; k++) {
+        const float ratio = dsq_intq_grid_ratio(k, steps);
+        const double e = obj->gram ? gram_error(w, n, obj->gram, mn, mx, p, clip * ratio, scratch)
+                                   : range_error(w, n, obj->imp, mn, mx, p, clip * ratio, obj->norm);
+        if (e < best) { /* strict: ties keep the wider range */
+            best = e;
+            best_ratio = ratio;
+        }
+    }
+    if (err) *err = best;
+    return best_ratio;
+}
+
 float dsq_intq_search_ratio(const float *w, int64_t n, const float *imp, const dsq_intq_params *p, float clip,
                             double *err)
 {
@@ -86,18 +127,6 @@ float dsq_intq_search_ratio(const float *w, int64_t n, const float *imp, const d
         if (err) *err = 0.0;
         return 1.0f;
     }
-    float mn, mx;
-    dsq_intq_min_max(w, n, &mn, &mx);
-    float best_ratio = 1.0f;
-    double best = INFINITY;
-    for (int k = 0; k < g->n_ratios; k++) {
-        float ratio = 1.0f - (float)k * g->step;
-        double e = range_error(w, n, g->weighted ? imp : NULL, mn, mx, p, clip * ratio, g->norm);
-        if (e < best) { /* strict: ties keep the wider range */
-            best = e;
-            best_ratio = ratio;
-        }
-    }
-    if (err) *err = best;
-    return best_ratio;
+    const dsq_intq_objective obj = {g->weighted ? imp : NULL, g->norm, NULL};
+    return dsq_intq_search_grid(w, n, p, clip, g->n_ratios, g->steps, &obj, NULL, err);
 }

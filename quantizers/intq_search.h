@@ -4,7 +4,8 @@
  *
  *     E(c) = sum_i imp_i * |w_i - dequant(quant(w_i; c))|^norm
  *
- * over a grid of ratios c = 1 - k/steps_per_unit, k = 0 .. n_ratios - 1,
+ * over a grid of ratios c = 1 - k/steps, k = 0 .. n_ratios - 1 (computed in
+ * double and rounded once, as the Python references get them),
  * with imp the per-input-channel importance (mean x^2 of the linear's input:
  * llama.cpp's imatrix, GPTQ's Hessian diagonal up to a constant) or 1.
  * Ratio 1 is the min/max grid itself, so the search never does worse than
@@ -33,7 +34,7 @@
 typedef struct dsq_intq_grid_info {
     const char *name; /* as --grid and the artifacts' configs spell it */
     int n_ratios;     /* ratios tried (1: min/max only) */
-    float step;       /* ratio k is 1 - k * step */
+    int steps;        /* ratio k is 1 - k / steps */
     float norm;       /* error exponent */
     bool weighted;    /* wants the importance of each input channel */
 } dsq_intq_grid_info;
@@ -50,6 +51,32 @@ int dsq_intq_grid_parse(const char *name);
  * is 1 without computing anything. */
 float dsq_intq_search_ratio(const float *w, int64_t n, const float *imp, const dsq_intq_params *p, float clip,
                             double *err);
+
+/* What a search minimizes: the weighted elementwise error above, or, with
+ * gram set, d^T G d for d the group's dequantization error and G the n x n
+ * Gram matrix of the group's input columns over calibration tokens (the
+ * mean squared error of the group's output contribution: AWQ's clip
+ * objective, quantizers/awq.c). */
+typedef struct dsq_intq_objective {
+    const float *imp;  /* per-value weights, NULL for 1 (elementwise) */
+    float norm;        /* the error exponent (elementwise) */
+    const float *gram; /* n x n, row-major; NULL: elementwise */
+} dsq_intq_objective;
+
+/* The ratio k of a grid of `steps` steps per unit: 1 - k / steps in double,
+ * rounded to float once (llm-compressor's and AutoAWQ's Python floats, cast
+ * to the tensor's float32). */
+float dsq_intq_grid_ratio(int k, int steps);
+
+/* The search itself, on an explicit grid: ratios dsq_intq_grid_ratio(k,
+ * steps) for k = 0 .. n_ratios - 1 on top of `clip`, each giving the rule's params at
+ * that ratio; returns the ratio of least E (ties keep the wider range) and
+ * E there in *err (may be NULL). scratch: n floats, used by the Gram
+ * objective only (NULL otherwise). dsq_intq_search_ratio is this on the
+ * --grid table's row; AWQ's clip step is this with AutoAWQ's grid (ratios
+ * 1 .. 0.55 in 0.05 steps) and the Gram objective. */
+float dsq_intq_search_grid(const float *w, int64_t n, const dsq_intq_params *p, float clip, int n_ratios, int steps,
+                           const dsq_intq_objective *obj, float *scratch, double *err);
 
 /* E at one total clip ratio (the search's objective, for tests and reports). */
 double dsq_intq_group_error(const float *w, int64_t n, const float *imp, const dsq_intq_params *p, float clip,

@@ -37,13 +37,18 @@ static inline float dsq_intq_round_even(float x)
     return (x + magic) - magic;
 }
 
-/* One value's code error |dequant(code) - w| as dsq_intq_code gives codes. */
-static inline float dsq_intq_code_error(float w, const dsq_intq_code_grid *g)
+/* One value's signed code error dequant(code) - w, as dsq_intq_code gives codes. */
+static inline float dsq_intq_code_delta(float w, const dsq_intq_code_grid *g)
 {
     const float v = w < g->lo ? g->lo : w > g->hi ? g->hi : w;
     float r = dsq_intq_round_even(v / g->s) + g->zf;
     r = r < 0.0f ? 0.0f : r > g->top ? g->top : r;
-    return fabsf((r - g->zf) * g->s - w);
+    return (r - g->zf) * g->s - w;
+}
+
+static inline float dsq_intq_code_error(float w, const dsq_intq_code_grid *g)
+{
+    return fabsf(dsq_intq_code_delta(w, g));
 }
 
 /* d^2.4 (llm-compressor's mse norm) for finite d >= 0, without powf, which

@@ -33,6 +33,7 @@
 #include "formats/pack_gptq.h"
 #include "kernels/cpu.h"
 #include "quantizers/intq.h"
+#include "quantizers/intq_internal.h"
 #include "quantizers/intq_search.h"
 #include "quantizers/intq_search_lanes.h"
 #include "tests/helpers/testutil.h"
@@ -45,7 +46,7 @@ static void test_table(void **state)
         assert_non_null(i);
         assert_int_equal(dsq_intq_grid_parse(i->name), g);
         /* the smallest ratio stays positive */
-        assert_true(1.0f - (float)(i->n_ratios - 1) * i->step > 0.0f);
+        assert_true(dsq_intq_grid_ratio(i->n_ratios - 1, i->steps) > 0.0f);
     }
     assert_int_equal(dsq_intq_grid_parse("imatrix_mse"), DSQ_INTQ_GRID_IMATRIX_MSE);
     assert_int_equal(dsq_intq_grid_parse("MSE"), -1);
@@ -96,7 +97,8 @@ static void test_exact_minimum(void **state)
                         assert_true(fabs(e - dsq_intq_group_error(w, n, used, &p, ratio, gi->norm)) <= 1e-12 * e1);
                         double best = INFINITY;
                         for (int k = 0; k < gi->n_ratios; k++) {
-                            double ek = dsq_intq_group_error(w, n, used, &p, 1.0f - (float)k * gi->step, gi->norm);
+                            double ek =
+                                dsq_intq_group_error(w, n, used, &p, dsq_intq_grid_ratio(k, gi->steps), gi->norm);
                             best = ek < best ? ek : best;
                         }
                         if (e != best) fail_msg("grid %s: search %.9g, brute force %.9g", gi->name, e, best);
@@ -174,6 +176,64 @@ static void test_lanes_copies_agree(void **state)
                 }
     }
     print_message("%d lane sums compared with the reference\n", compared);
+}
+
+/* The Gram objective (AWQ's clip step): with G diagonal it is the
+ * elementwise squared error weighted by G's diagonal, so both searches pick
+ * the same ratio; with a full G it is d^T G d, checked against the direct
+ * sum over tokens; the ratios are AutoAWQ's, 1 - i / 20 as Python rounds them. */
+static void test_gram_objective(void **state)
+{
+    (void)state;
+    enum { N = 32, T = 48 };
+    uint64_t seed = 13;
+    float w[N], imp[N], G[N * N], x[T * N], d[N];
+    int agree = 0, shrunk = 0;
+    for (int draw = 0; draw < 40; draw++) {
+        draw_group(w, imp, N, draw % 2 == 0, &seed);
+        dsq_intq_params p = {draw % 3 == 0 ? 3 : 4, N, draw % 4 == 0, DSQ_INTQ_RULE_AWQ, 1.0f, DSQ_INTQ_GRID_MINMAX};
+        memset(G, 0, sizeof G);
+        for (int i = 0; i < N; i++) G[i * N + i] = imp[i];
+        const dsq_intq_objective diag = {NULL, 2.0f, G}, elem = {imp, 2.0f, NULL};
+        double ed, ee;
+        const float rd = dsq_intq_search_grid(w, N, &p, 1.0f, 10, 20, &diag, d, &ed);
+        const float re = dsq_intq_search_grid(w, N, &p, 1.0f, 10, 20, &elem, NULL, &ee);
+        assert_true(fabs(ed - ee) <= 1e-5 * ee + 1e-30);
+        agree += rd == re;
+        /* full G from tokens: E at the chosen ratio is the mean squared output error there */
+        for (int t = 0; t < T * N; t++) x[t] = dsq_test_randn(&seed) * (t % N == 3 ? 5.0f : 1.0f);
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < N; j++) {
+                double g = 0;
+                for (int t = 0; t < T; t++) g += (double)x[t * N + i] * x[t * N + j];
+                G[i * N + j] = (float)(g / T);
+            }
+        const dsq_intq_objective full = {NULL, 2.0f, G};
+        double e;
+        const float r = dsq_intq_search_grid(w, N, &p, 1.0f, 10, 20, &full, d, &e);
+        shrunk += r < 1.0f;
+        float s, tt;
+        int z;
+        float mn = INFINITY, mx = -INFINITY;
+        for (int i = 0; i < N; i++) mn = fminf(mn, w[i]), mx = fmaxf(mx, w[i]);
+        dsq_intq_range_params(mn, mx, &p, r, &s, &z, &tt);
+        double direct = 0;
+        for (int t = 0; t < T; t++) {
+            double o = 0;
+            for (int i = 0; i < N; i++) {
+                const float v = fminf(fmaxf(w[i], -tt), tt);
+                const int c = dsq_intq_code(v, s, z, dsq_intq_maxq(p.bits));
+                o += (double)x[t * N + i] * ((double)((float)(c - z) * s) - w[i]);
+            }
+            direct += o * o;
+        }
+        direct /= T;
+        if (!(fabs(e - direct) <= 1e-4 * direct)) fail_msg("draw %d: d^T G d %.9g, direct %.9g", draw, e, direct);
+    }
+    print_message("diagonal G and elementwise weights agree on %d of 40 ratios; full G shrank %d\n", agree, shrunk);
+    assert_true(agree >= 38); /* a near tie may fall either way in float */
+    assert_true(shrunk > 0);
+    assert_true(dsq_intq_grid_ratio(9, 20) == 0.55f && dsq_intq_grid_ratio(16, 100) == 0.84f);
 }
 
 static void test_quantize_uses_ratio(void **state)
@@ -280,6 +340,7 @@ int main(void)
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_exact_minimum),
         cmocka_unit_test(test_pow_2p4),
+        cmocka_unit_test(test_gram_objective),
         cmocka_unit_test(test_lanes_copies_agree),
         cmocka_unit_test(test_quantize_uses_ratio),
         cmocka_unit_test(test_bad_importance),
