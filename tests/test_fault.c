@@ -144,7 +144,7 @@ static const writer_case g_writers[] = {
     {"w-q8.gguf", "gguf %1$s -o %4$s --type Q8_0"},
     /* GPTQ into blocks: the spill file's writes and the file's, on the same disk */
     {"w-gptq.gguf", "gguf %1$s -o %4$s --type Q8_0 --method gptq --calib %3$s --n-samples 4 --seqlen 32"},
-    {"w-awq", "rtn %2$s -o %4$s --format awq --zero-point --group 32"},
+    {"w-awq", "rtn %2$s -o %4$s --format awq --zero-point --group 32 --grid minmax"},
     {"w.logits", "kld %1$s --data %3$s --save-logits %4$s --ctx 32"},
     {"w.imatrix", "imatrix %1$s --data %3$s -o %4$s --ctx 32"},
 };
@@ -316,7 +316,8 @@ static void test_sigkill(void **state)
 {
     (void)state;
     kill_case("convert %1$s -o %3$s", "k.gguf-hf");
-    kill_case("rtn %2$s -o %3$s --format gptq --group 32", "k-gptq");
+    /* min/max: the kills are about the writer, and their 8 runs scale with the run's length */
+    kill_case("rtn %2$s -o %3$s --format gptq --group 32 --grid minmax", "k-gptq");
 }
 
 /* ------------------------------------------------------------ download */
