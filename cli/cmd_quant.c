@@ -88,7 +88,6 @@ typedef struct qargs {
     int sym; /* -1: the format's default */
     bool act_order, desc_act, static_groups, skip, force, eval, json;
     int refit; /* -1: the method's default */
-    bool grid_given;
     double damp;
     int fmt; /* -1: the method's default */
     int compute; /* -1 auto, 0 f32, 1 bf16 */
@@ -211,7 +210,6 @@ static int parse(int argc, char **argv, qargs *a)
     if (a->desc_act) a->act_order = true;
     else if (a->act_order) a->static_groups = true;
     if (!a->seqlen) a->seqlen = a->method->default_seqlen ? a->method->default_seqlen : 512;
-    a->grid_given = a->grid >= 0;
     if (a->grid < 0) a->grid = (int)a->method->default_grid;
     if (a->refit < 0) a->refit = a->method == &dsq_method_gptq; /* docs/algorithms.md "Scales refitted" */
     return 0;
@@ -243,7 +241,8 @@ static dsq_status check_args(const qargs *a)
         return dsq_fail(DSQ_ERR_ARG, "awq needs a group size (AutoAWQ has no per-channel search)");
     if ((a->act_order || a->desc_act || a->static_groups) && a->method != &dsq_method_gptq)
         return dsq_fail(DSQ_ERR_ARG, "--act-order, --desc-act and --static-groups are GPTQ options");
-    if (a->grid_given && a->grid != DSQ_INTQ_GRID_MINMAX && a->method != &dsq_method_rtn && a->method != &dsq_method_gptq)
+    /* after the defaults: every other method's default is min/max, so only a searched grid is refused */
+    if (a->grid != DSQ_INTQ_GRID_MINMAX && a->method != &dsq_method_rtn && a->method != &dsq_method_gptq)
         return dsq_fail(DSQ_ERR_ARG, "--grid is an rtn and gptq option (awq searches its own clipping)");
     if (a->refit > 0 && a->method != &dsq_method_gptq)
         return dsq_fail(DSQ_ERR_ARG, "--refit is a GPTQ option (it re-solves GPTQ's scales for its codes)");

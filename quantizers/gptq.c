@@ -509,9 +509,7 @@ dsq_status dsq_gptq_factor(const double *H, const int64_t *perm, const uint8_t *
             const int64_t pi = perm[n - 1 - i];
             for (int64_t j = 0; j < n; j++) {
                 const int64_t pj = perm[n - 1 - j];
-                double v = H[pi * n + pj];
-                if (pi == pj) v = (dead[pi] ? 1.0 : v) + damp;
-                a[i * n + j] = v;
+                a[i * n + j] = dsq_gptq_damped(H[pi * n + pj], pi == pj, dead[pi], damp);
             }
         }
         bad = chol_lower(a, n, scratch);
@@ -530,6 +528,7 @@ dsq_status dsq_gptq_factor(const double *H, const int64_t *perm, const uint8_t *
                         "%g to %g of the mean diagonal %g (%d tries)",
                         name, (long long)n, (long long)n, (long long)bad, first, p, mean, tries);
     rep->percdamp = p;
+    rep->damp = p * mean;
     rep->damp_tries = tries;
     return DSQ_OK;
 }
@@ -635,9 +634,7 @@ dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, const d
     if (o->refit) {
         free(U); /* the factor is done with: the refit's own [cols x cols] takes its place */
         U = NULL;
-        double mean = 0.0;
-        for (int64_t i = 0; i < cols; i++) mean += dead[i] ? 1.0 : H[i * cols + i];
-        st = dsq_gptq_refit_scales(w, H, rep.percdamp * mean / (double)cols, out, name, &rep.n_refit);
+        st = dsq_gptq_refit_scales(w, H, rep.damp, out, name, &rep.n_refit);
         if (st != DSQ_OK) goto done;
     }
     if (report) *report = rep;

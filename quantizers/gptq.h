@@ -80,6 +80,7 @@ dsq_gptq_opts dsq_gptq_default_opts(void);
 typedef struct dsq_gptq_report {
     double loss;     /* sum of GPTQ's Losses (see above) */
     double percdamp; /* dampening that factored */
+    double damp;     /* the same as the value added to the diagonal: percdamp * mean diag(H) */
     int damp_tries;  /* 1 when the first dampening worked */
     int64_t n_dead;  /* columns with diag(H) == 0 */
     int64_t n_refit; /* scales the refit changed */

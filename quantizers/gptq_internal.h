@@ -3,6 +3,7 @@
 #ifndef DSQ_QUANTIZERS_GPTQ_INTERNAL_H
 #define DSQ_QUANTIZERS_GPTQ_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,10 +34,18 @@ double *dsq_gptq_alloc_square(int64_t n, size_t elem);
  * an error naming the layer and the entry. */
 dsq_status dsq_gptq_check_inputs(const float *w, int64_t rows, int64_t cols, const double *H, const char *name);
 
+/* Entry h of H as GPTQ factors it: on the diagonal, a dead column's (h == 0)
+ * becomes 1, then every diagonal entry gets the dampening damp. The refit
+ * (gptq_refit.c) solves against the same matrix. */
+static inline double dsq_gptq_damped(double h, bool diagonal, bool dead, double damp)
+{
+    return diagonal ? (dead ? 1.0 : h) + damp : h;
+}
+
 /* U [n x n] (float, processing order perm; dead diagonals set to 1): the
  * upper Cholesky factor of the damped inverse Hessian, with dampening
  * o->percdamp of the mean diagonal doubled up to 1 until H factors. Fills
- * rep->percdamp and rep->damp_tries. */
+ * rep->percdamp, rep->damp and rep->damp_tries. */
 dsq_status dsq_gptq_factor(const double *H, const int64_t *perm, const uint8_t *dead, int64_t n,
                            const dsq_gptq_opts *o, const char *name, float *U, dsq_gptq_report *rep);
 

@@ -161,13 +161,11 @@ dsq_status dsq_gptq_refit_scales(const float *w, const double *H, double damp, d
         }
         order[g * gs + fill[g]++] = col;
     }
-    /* dead columns as GPTQ treats them: a unit diagonal, the weight zeroed below */
+    /* dead columns as GPTQ treats them (the weight is zeroed below) */
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < n; j++) {
             const int64_t a = order[i], b = order[j];
-            double v = H[a * n + b];
-            if (a == b) v = (v == 0.0 ? 1.0 : v) + damp;
-            Hp[i * n + j] = (float)v;
+            Hp[i * n + j] = (float)dsq_gptq_damped(H[a * n + b], a == b, H[a * n + a] == 0.0, damp);
         }
     for (int64_t i = 0; i < n; i++) Hd[i] = H[i * n + i];
     refit_ctx ctx = {w, rows, n, ng, (int)gs, Hp, Hd, order, q};
