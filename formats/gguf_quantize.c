@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/finite.h"
 #include "core/fileio.h"
 #include "core/log.h"
 #include "core/tensor.h"
@@ -472,14 +473,10 @@ static dsq_status grow(void **buf, uint64_t *cap, uint64_t n, size_t elem, const
 /* Rows [row0, row0 + nrows) of a tensor, x pointing at row0. */
 static dsq_status check_finite(const char *name, const float *x, int64_t ne0, int64_t row0, int64_t nrows)
 {
-    for (int64_t r = 0; r < nrows; r++) {
-        const float *row = x + r * ne0;
-        for (int64_t j = 0; j < ne0; j++) {
-            if (!isfinite(row[j]))
-                return dsq_fail(DSQ_ERR_NUMERIC, "tensor %s: row %lld, column %lld: value is %s (weights must be finite)",
-                                name, (long long)(row0 + r), (long long)j, isnan(row[j]) ? "NaN" : "Inf");
-        }
-    }
+    const int64_t i = dsq_find_nonfinite(x, nrows * ne0);
+    if (i >= 0)
+        return dsq_fail(DSQ_ERR_NUMERIC, "tensor %s: row %lld, column %lld: value is %s (weights must be finite)", name,
+                        (long long)(row0 + i / ne0), (long long)(i % ne0), isnan(x[i]) ? "NaN" : "Inf");
     return DSQ_OK;
 }
 

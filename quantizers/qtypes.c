@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "core/finite.h"
 #include "quantizers/quants.h"
 
 #define QROW(T, t, dot, dt, im)                                                                    \
@@ -64,11 +65,10 @@ dsq_status dsq_quantize(dsq_type t, const float *src, void *dst, int64_t nrows, 
     if (n_per_row % ti->block_elems)
         return dsq_fail(DSQ_ERR_ARG, "row length %lld is not a multiple of the %s block size %u",
                         (long long)n_per_row, ti->name, ti->block_elems);
-    for (int64_t r = 0; r < nrows; r++)
-        for (int64_t j = 0; j < n_per_row; j++)
-            if (!isfinite(src[r * n_per_row + j]))
-                return dsq_fail(DSQ_ERR_NUMERIC, "row %lld, column %lld: value is %s", (long long)r, (long long)j,
-                                isnan(src[r * n_per_row + j]) ? "NaN" : "Inf");
+    const int64_t bad = dsq_find_nonfinite(src, nrows * n_per_row);
+    if (bad >= 0)
+        return dsq_fail(DSQ_ERR_NUMERIC, "row %lld, column %lld: value is %s", (long long)(bad / n_per_row),
+                        (long long)(bad % n_per_row), isnan(src[bad]) ? "NaN" : "Inf");
     size_t row_bytes = (size_t)(n_per_row / ti->block_elems) * ti->block_bytes;
     if (!ti->quantized) {
         for (int64_t r = 0; r < nrows; r++)

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "core/dtype.h"
+#include "core/finite.h"
 #include "tests/helpers/testutil.h"
 
 /* ---- reference formats, from first principles ---- */
@@ -755,9 +756,40 @@ static void test_mul_dims(void **state)
     assert_false(dsq_mul_dims(neg_min, 1, &p));
 }
 
+/* dsq_find_nonfinite: the first NaN or infinity wherever it sits (chunk
+ * starts and ends, the tail, several in one chunk), and every finite value
+ * passes, the extremes included. */
+static void test_find_nonfinite(void **state)
+{
+    (void)state;
+    enum { N = 1000 };
+    float x[N];
+    for (int i = 0; i < N; i++) x[i] = (float)(i % 17) - 8.0f;
+    x[3] = FLT_MAX, x[4] = -FLT_MAX, x[5] = 1e-45f, x[6] = -0.0f, x[7] = FLT_MIN;
+    assert_int_equal(dsq_find_nonfinite(x, N), -1);
+    assert_int_equal(dsq_find_nonfinite(x, 0), -1);
+    const int at[] = {0, 1, 255, 256, 257, 511, 512, 767, 999};
+    const float bad[] = {NAN, INFINITY, -INFINITY, -NAN};
+    for (size_t k = 0; k < sizeof at / sizeof at[0]; k++)
+        for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+            const float keep = x[at[k]];
+            x[at[k]] = bad[b];
+            assert_int_equal(dsq_find_nonfinite(x, N), at[k]);
+            assert_int_equal(dsq_find_nonfinite(x, at[k]), -1); /* just before it */
+            if (at[k] + 3 < N) { /* a second one later in the chunk: the first is reported */
+                x[at[k] + 3] = NAN;
+                assert_int_equal(dsq_find_nonfinite(x, N), at[k]);
+                x[at[k] + 3] = (float)((at[k] + 3) % 17) - 8.0f;
+            }
+            x[at[k]] = keep;
+        }
+    assert_int_equal(dsq_find_nonfinite(x, N), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_find_nonfinite),
         cmocka_unit_test(test_decode_f16),
         cmocka_unit_test(test_decode_bf16),
         cmocka_unit_test(test_decode_e4m3),
