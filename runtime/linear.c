@@ -50,8 +50,8 @@ static void dense_dot_rows(const dsq_linear *W, const float *x, const void *act,
     }
 }
 
-static const dsq_linear_vtable g_dense = {"dense", dense_rows_f32, dense_act_bytes, NULL, dense_dot_rows, NULL, NULL,
-                                          NULL};
+static const dsq_linear_vtable g_dense = {
+    "dense", dense_rows_f32, dense_act_bytes, NULL, dense_dot_rows, NULL, NULL, NULL, NULL};
 
 /* ---- GGUF block types through the quant-type table ---- */
 
@@ -86,11 +86,23 @@ static void ggml_dot_rows(const dsq_linear *W, const float *x, const void *act, 
     for (int64_t r = r0; r < r1; r++) dot(W->in, &y[r - r0], row_ptr(W, r), act);
 }
 
-static const dsq_linear_vtable g_ggml = {"ggml",        ggml_rows_f32, ggml_act_bytes, ggml_act_prepare,
-                                         ggml_dot_rows, NULL,          NULL,           NULL};
+static void ggml_dot_rows_multi(const dsq_linear *W, const void *act, size_t act_stride, int nt, int64_t r0, int64_t r1,
+                                float *y, int64_t ldy)
+{
+    dsq_qgemm_fn kern = dsq_qgemm_kernel(W->type);
+    if (kern) {
+        kern(W->in, row_ptr(W, r0), W->row_bytes, r1 - r0, act, act_stride, nt, y, ldy);
+        return;
+    }
+    for (int t = 0; t < nt; t++)
+        ggml_dot_rows(W, NULL, (const uint8_t *)act + (size_t)t * act_stride, r0, r1, y + (int64_t)t * ldy);
+}
+
+static const dsq_linear_vtable g_ggml = {"ggml", ggml_rows_f32, ggml_act_bytes, ggml_act_prepare,   ggml_dot_rows,
+                                         NULL,   NULL,          NULL,           ggml_dot_rows_multi};
 /* A block type we can read but not dot (no vec_dot, or its activation type
  * cannot be produced): batched path only. */
-static const dsq_linear_vtable g_ggml_nodot = {"ggml", ggml_rows_f32, NULL, NULL, NULL, NULL, NULL, NULL};
+static const dsq_linear_vtable g_ggml_nodot = {"ggml", ggml_rows_f32, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 static bool ggml_can_dot(const dsq_qtype *q)
 {
@@ -292,7 +304,13 @@ static dsq_status forward_rows(const dsq_linear *W, const float *x, float *y, in
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t it = 0; it < nitems; it++) {
         int64_t r0 = it * GEMV_ROWS, r1 = r0 + GEMV_ROWS < W->out ? r0 + GEMV_ROWS : W->out;
-        for (int t = 0; t < n_tok; t++)
+        int t = 0;
+        if (act && W->vt->dot_rows_multi) /* the weight rows unpacked once per group of tokens */
+            for (; t + 1 < n_tok; t += DSQ_QGEMM_TOKENS) {
+                const int nt = n_tok - t < DSQ_QGEMM_TOKENS ? n_tok - t : DSQ_QGEMM_TOKENS;
+                W->vt->dot_rows_multi(W, act + ab * (size_t)t, ab, nt, r0, r1, y + (size_t)t * W->out + r0, W->out);
+            }
+        for (; t < n_tok; t++)
             W->vt->dot_rows(W, x + (size_t)t * W->in, act ? act + ab * (size_t)t : NULL, r0, r1,
                             y + (size_t)t * W->out + r0);
     }

@@ -61,6 +61,11 @@ typedef struct dsq_linear_vtable {
      * for the gemm and bf16 paths, else for the decode path. NULL: the
      * generic paths. */
     dsq_status (*forward)(const dsq_linear *W, const float *x, float *y, int n_tok, bool batched);
+    /* Optional: dot_rows for nt <= 4 (DSQ_QGEMM_TOKENS) tokens at once, their
+     * prepared activations act_stride bytes apart, y[t * ldy + r - r0];
+     * bit-identical to dot_rows token by token. NULL: dot_rows per token. */
+    void (*dot_rows_multi)(const dsq_linear *W, const void *act, size_t act_stride, int nt, int64_t r0, int64_t r1,
+                           float *y, int64_t ldy);
 } dsq_linear_vtable;
 
 struct dsq_linear {
@@ -70,10 +75,10 @@ struct dsq_linear {
     dsq_type type;    /* element or block type of data */
     const void *data; /* out rows of row_bytes each */
     size_t row_bytes;
-    const float *bias; /* [out] or NULL */
-    void *owned;       /* freed by dsq_linear_release: a copy of data, if any */
-    float *owned_bias; /* freed by dsq_linear_release */
-    void *priv;        /* state of later storage kinds */
+    const float *bias;     /* [out] or NULL */
+    void *owned;           /* freed by dsq_linear_release: a copy of data, if any */
+    float *owned_bias;     /* freed by dsq_linear_release */
+    void *priv;            /* state of later storage kinds */
     uint16_t *bf16_packed; /* dsq_linear_bf16_pack's copy, or NULL */
 };
 

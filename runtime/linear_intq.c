@@ -21,10 +21,10 @@
 typedef struct intq_store {
     int bits;
     int64_t n_groups;
-    float *scales;   /* [out x n_groups] */
-    uint8_t *zeros;  /* [out x n_groups] */
-    int32_t *perm;   /* [in]: original column of stored position i; NULL = identity */
-    int64_t *goff;   /* [n_groups + 1]: group g is stored at [goff[g], goff[g+1]) */
+    float *scales;  /* [out x n_groups] */
+    uint8_t *zeros; /* [out x n_groups] */
+    int32_t *perm;  /* [in]: original column of stored position i; NULL = identity */
+    int64_t *goff;  /* [n_groups + 1]: group g is stored at [goff[g], goff[g+1]) */
 } intq_store;
 
 static const intq_store *store_of(const dsq_linear *W) { return W->priv; }
@@ -216,8 +216,8 @@ static void intq_release(dsq_linear *W)
     W->priv = NULL;
 }
 
-static const dsq_linear_vtable g_intq = {"intq", intq_rows_f32, intq_act_bytes, intq_act_prepare, intq_dot_rows,
-                                         intq_release, NULL, NULL};
+static const dsq_linear_vtable g_intq = {
+    "intq", intq_rows_f32, intq_act_bytes, intq_act_prepare, intq_dot_rows, intq_release, NULL, NULL, NULL};
 
 /* ---- construction ---- */
 

@@ -319,12 +319,12 @@ static void w8_release(dsq_linear *W)
 }
 
 /* INT8 product; FP8 product; FP8 or INT8 with quantized float inputs; weight-only. */
-static const dsq_linear_vtable g_w8_int = {"w8", w8_rows_f32, NULL, NULL, NULL, w8_release, NULL, w8_int_forward};
-static const dsq_linear_vtable g_w8_fp8 = {"w8", w8_rows_f32, NULL, NULL, NULL, w8_release, NULL, w8_fp8_forward};
-static const dsq_linear_vtable g_w8_actq = {"w8",        w8_rows_f32, w8_act_bytes, NULL,
-                                            w8_dot_rows, w8_release,  w8_input_f32, NULL};
-static const dsq_linear_vtable g_w8_wonly = {"w8",        w8_rows_f32, w8_act_bytes, NULL,
-                                             w8_dot_rows, w8_release,  NULL,         NULL};
+static const dsq_linear_vtable g_w8_int = {"w8", w8_rows_f32, NULL, NULL, NULL, w8_release, NULL, w8_int_forward, NULL};
+static const dsq_linear_vtable g_w8_fp8 = {"w8", w8_rows_f32, NULL, NULL, NULL, w8_release, NULL, w8_fp8_forward, NULL};
+static const dsq_linear_vtable g_w8_actq = {"w8",       w8_rows_f32,  w8_act_bytes, NULL, w8_dot_rows,
+                                            w8_release, w8_input_f32, NULL,         NULL};
+static const dsq_linear_vtable g_w8_wonly = {"w8",       w8_rows_f32, w8_act_bytes, NULL, w8_dot_rows,
+                                             w8_release, NULL,        NULL,         NULL};
 
 static dsq_status copy_q(w8_store *s, const dsq_w8q *q)
 {

@@ -4,8 +4,9 @@
  * two-accumulator loops), several rows at a stride, weights and activations
  * with outliers and rows at the extreme levels (the 8-bit products saturate
  * there if a kernel gets the signed/unsigned split wrong), nothing written
- * past the rows asked for; the dispatcher's choices; and a linear layer's
- * decode path giving the same answer with the kernels and with the scalar ISA. */
+ * past the rows asked for; the dispatcher's choices; a linear layer's
+ * decode path giving the same answer with the kernels and with the scalar
+ * ISA; and the multi-token kernels giving the one-token kernels' bits. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,10 +19,10 @@
 #include <cmocka.h>
 
 #include "core/dtype.h"
+#include "kernels/cpu.h"
 #include "quantizers/kquants_ref.h"
 #include "quantizers/qtypes.h"
 #include "quantizers/quants_ref.h"
-#include "kernels/cpu.h"
 #include "runtime/cpu/qgemv.h"
 #include "runtime/linear.h"
 #include "tests/helpers/testutil.h"
@@ -116,9 +117,9 @@ static void check_type(const kcase *kc, int64_t n)
 }
 
 /* The kernels are never used on a CPU without them: a skip, not a failure. */
-#define REQUIRE_AVX2()                                                                                               \
-    do {                                                                                                             \
-        if (!dsq_cpu_has_avx2()) DSQ_TEST_SKIP_ENV("this CPU has no AVX2/FMA/F16C; the kernels are never used here"); \
+#define REQUIRE_AVX2()                                                                                                 \
+    do {                                                                                                               \
+        if (!dsq_cpu_has_avx2()) DSQ_TEST_SKIP_ENV("this CPU has no AVX2/FMA/F16C; the kernels are never used here");  \
     } while (0)
 
 static void test_kernels_match_reference(void **state)
@@ -182,12 +183,74 @@ static void test_linear_decode_path(void **state)
     free(wf), free(x);
 }
 
+/* The multi-token kernels give the one-token kernel's bits for every
+ * (row, token): directly, for 1 to DSQ_QGEMM_TOKENS tokens with strided
+ * activations and outputs, and through a linear's decode path for token
+ * counts that leave a single token, a partial group, or whole groups (each
+ * token's product against the same product computed alone). */
+static void test_multi_token_bits(void **state)
+{
+    (void)state;
+    REQUIRE_AVX2();
+    dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+    const dsq_type types[] = {DSQ_TYPE_Q8_0, DSQ_TYPE_Q4_0, DSQ_TYPE_Q5_0, DSQ_TYPE_IQ4_NL, DSQ_TYPE_Q4_K};
+    const int64_t out = 37, ins[] = {800, 800, 800, 800, 768}; /* 25 blocks of 32 (pairs and a last one), 3 of 256 */
+    enum { NTOK = 9 };
+    float *wf = xmalloc((size_t)out * 800 * sizeof *wf), *x = xmalloc((size_t)NTOK * 800 * sizeof *x);
+    for (int64_t i = 0; i < out * 800; i++) wf[i] = 0.05f * dsq_test_randn(&g_seed) * (i % 97 == 0 ? 12.0f : 1.0f);
+    for (int64_t i = 0; i < NTOK * 800; i++) x[i] = dsq_test_randn(&g_seed) * (i % 53 == 0 ? 20.0f : 1.0f);
+    for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+        const int64_t in = ins[k];
+        const dsq_type t = types[k], at = dsq_qtype_get(t)->vec_dot_type;
+        void *wq = xmalloc(nbytes(t, out * in));
+        assert_int_equal(dsq_quantize(t, wf, wq, out, in, NULL), DSQ_OK);
+        const size_t ab = nbytes(at, in), rb = nbytes(t, in);
+        uint8_t *act = xmalloc(ab * NTOK);
+        for (int j = 0; j < NTOK; j++) dsq_qtype_get(at)->quantize_row(x + j * in, act + ab * j, in, NULL);
+        dsq_qgemv_fn one = dsq_qgemv_kernel(t);
+        dsq_qgemm_fn multi = dsq_qgemm_kernel(t);
+        assert_non_null(one);
+        assert_non_null(multi);
+        for (int nt = 1; nt <= DSQ_QGEMM_TOKENS; nt++) {
+            float ym[DSQ_QGEMM_TOKENS * 40], y1[40];
+            memset(ym, 0xff, sizeof ym);
+            multi(in, wq, rb, out, act + ab, ab, nt, ym, 40);
+            for (int j = 0; j < nt; j++) {
+                one(in, wq, rb, out, act + ab * (1 + j), y1);
+                if (memcmp(ym + j * 40, y1, (size_t)out * sizeof *y1))
+                    fail_msg("%s: %d tokens, token %d differs from the one-token kernel", dsq_type_name(t), nt, j);
+                for (int r = out; r < 40; r++) assert_true(isnan(ym[j * 40 + r])); /* nothing past the rows */
+            }
+        }
+        dsq_linear W;
+        assert_int_equal(dsq_linear_init(&W, t, wq, out, in), DSQ_OK);
+        float *y = xmalloc((size_t)NTOK * out * sizeof *y), y1[37];
+        const int counts[] = {2, 5, 8, 9};
+        for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+            assert_int_equal(dsq_linear_forward_gemv(&W, x, y, counts[c]), DSQ_OK);
+            for (int j = 0; j < counts[c]; j++) {
+                assert_int_equal(dsq_linear_forward_gemv(&W, x + j * in, y1, 1), DSQ_OK);
+                if (memcmp(y + j * out, y1, sizeof y1))
+                    fail_msg("%s: %d tokens: token %d differs from its product alone", dsq_type_name(t), counts[c], j);
+            }
+        }
+        dsq_linear_release(&W);
+        free(y), free(act), free(wq);
+    }
+    assert_null(dsq_qgemm_kernel(DSQ_TYPE_Q6_K));
+    dsq_cpu_set_isa(DSQ_CPU_ISA_SCALAR);
+    assert_null(dsq_qgemm_kernel(DSQ_TYPE_Q8_0));
+    dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+    free(wf), free(x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernels_match_reference),
         cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_linear_decode_path),
+        cmocka_unit_test(test_multi_token_bits),
     };
     return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }

@@ -29,6 +29,20 @@ typedef void (*dsq_qgemv_fn)(int64_t n, const void *w, size_t row_bytes, int64_t
  * (dsq_cpu_set_isa): callers then use the quant-type table's vec_dot. */
 dsq_qgemv_fn dsq_qgemv_kernel(dsq_type t);
 
+/* Several tokens at once: y[t * ldy + r] = row r . act_t for r in [0, nr),
+ * t in [0, nt), nt <= DSQ_QGEMM_TOKENS, act_t at act + t * act_stride. Each
+ * weight block is unpacked once for the nt tokens; every result is
+ * bit-identical to the one-token kernel's (prefill with activations rounded
+ * as llama.cpp rounds them, `--llamacpp-act`). */
+enum { DSQ_QGEMM_TOKENS = 4 };
+typedef void (*dsq_qgemm_fn)(int64_t n, const void *w, size_t row_bytes, int64_t nr, const void *act, size_t act_stride,
+                             int nt, float *y, int64_t ldy);
+
+/* The multi-token kernel for type t, or NULL (then the one-token kernel per
+ * token): Q4_0, Q5_0, Q8_0, IQ4_NL and Q4_K today, under the same conditions
+ * as dsq_qgemv_kernel. */
+dsq_qgemm_fn dsq_qgemm_kernel(dsq_type t);
+
 /* The AVX2 kernels (internal; callers go through dsq_qgemv_kernel). */
 void dsq_qgemv_q4_0_avx2(int64_t n, const void *w, size_t row_bytes, int64_t nr, const void *act, float *y);
 void dsq_qgemv_q4_1_avx2(int64_t n, const void *w, size_t row_bytes, int64_t nr, const void *act, float *y);
@@ -42,5 +56,15 @@ void dsq_qgemv_q4_K_avx2(int64_t n, const void *w, size_t row_bytes, int64_t nr,
 void dsq_qgemv_q5_K_avx2(int64_t n, const void *w, size_t row_bytes, int64_t nr, const void *act, float *y);
 void dsq_qgemv_q6_K_avx2(int64_t n, const void *w, size_t row_bytes, int64_t nr, const void *act, float *y);
 void dsq_qgemv_iq4_xs_avx2(int64_t n, const void *w, size_t row_bytes, int64_t nr, const void *act, float *y);
+void dsq_qgemm_q4_0_avx2(int64_t n, const void *w, size_t row_bytes, int64_t nr, const void *act, size_t act_stride,
+                         int nt, float *y, int64_t ldy);
+void dsq_qgemm_q5_0_avx2(int64_t n, const void *w, size_t row_bytes, int64_t nr, const void *act, size_t act_stride,
+                         int nt, float *y, int64_t ldy);
+void dsq_qgemm_iq4_nl_avx2(int64_t n, const void *w, size_t row_bytes, int64_t nr, const void *act, size_t act_stride,
+                           int nt, float *y, int64_t ldy);
+void dsq_qgemm_q8_0_avx2(int64_t n, const void *w, size_t row_bytes, int64_t nr, const void *act, size_t act_stride,
+                         int nt, float *y, int64_t ldy);
+void dsq_qgemm_q4_K_avx2(int64_t n, const void *w, size_t row_bytes, int64_t nr, const void *act, size_t act_stride,
+                         int nt, float *y, int64_t ldy);
 
 #endif

@@ -271,7 +271,8 @@ static inline float row_q4_K(int64_t n, const void *vx, const void *va)
     const dsq_block_q4_K *x = vx;
     const dsq_block_q8_K *a = va;
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / DSQ_QK_K; i++) acc = q45_block(x[i].d, x[i].dmin, x[i].scales, x[i].qs, NULL, &a[i], acc);
+    for (int64_t i = 0; i < n / DSQ_QK_K; i++)
+        acc = q45_block(x[i].d, x[i].dmin, x[i].scales, x[i].qs, NULL, &a[i], acc);
     return hsum8(acc);
 }
 
@@ -423,6 +424,135 @@ GEMV_ROWS(dsq_qgemv_q4_K_avx2, row_q4_K, true)
 GEMV_ROWS(dsq_qgemv_q5_K_avx2, row_q5_K, true)
 GEMV_ROWS(dsq_qgemv_q6_K_avx2, row_q6_K, true)
 GEMV_ROWS(dsq_qgemv_iq4_xs_avx2, row_iq4_xs, true)
+
+/* ---------------------------------------------------------------- several tokens per row pass */
+
+/* Up to DSQ_QGEMM_TOKENS activation rows against the same weight rows: the
+ * weight side of each block (its loads, nibble and scale unpacking) is done
+ * once for all of them. Each (row, token) gets exactly the float operations,
+ * in the same order, of the one-token kernel above, so the results are
+ * bit-identical to calling it token by token (tests/test_qgemv.c). */
+
+/* The activation row of token t, `stride` bytes apart. */
+#define ACT_ROW(T, base, stride, t) ((const T *)((const uint8_t *)(base) + (size_t)(t) * (stride)))
+
+/* The signed levels of one 32-element block, as each one-token term above
+ * computes them before its dot_ss. */
+static inline __m256i levels_q4_0(const dsq_block_q4_0 *x)
+{
+    return _mm256_sub_epi8(nib32(x->qs), _mm256_set1_epi8(8));
+}
+static inline __m256i levels_q5_0(const dsq_block_q5_0 *x)
+{
+    return _mm256_sub_epi8(_mm256_or_si256(nib32(x->qs), bit5_32(x->qh)), _mm256_set1_epi8(16));
+}
+static inline __m256i levels_q8_0(const dsq_block_q8_0 *x) { return load32(x->qs); }
+static inline __m256i levels_iq4_nl(const dsq_block_iq4_nl *x)
+{
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)dsq_kvalues_iq4nl));
+    return _mm256_shuffle_epi8(table, nib32(x->qs));
+}
+
+/* BLOCK32_LOOP's arithmetic for up to DSQ_QGEMM_TOKENS Q8_0 activation rows:
+ * a block's levels, their absolute values and its scale are taken once. */
+#define BLOCK32_MULTI(name, BT, LEVELS)                                                                                \
+    static inline void name(int64_t n, const void *vx, const void *va, size_t stride, int nt, float *out, int64_t ldo) \
+    {                                                                                                                  \
+        const BT *x = vx;                                                                                              \
+        const int64_t nb = n / QK;                                                                                     \
+        __m256 acc[2][DSQ_QGEMM_TOKENS];                                                                               \
+        for (int t = 0; t < nt; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();                                      \
+        for (int64_t i = 0; i < nb; i++) {                                                                             \
+            const int h = (int)(i & 1); /* BLOCK32_LOOP's pairs; an odd last block goes to the first */                \
+            if (!(i & 1)) _mm_prefetch((const char *)(x + i) + PREFETCH_BYTES, _MM_HINT_T0);                           \
+            const __m256i q = LEVELS(x + i), aq = _mm256_sign_epi8(q, q);                                              \
+            const float dx = f16(x[i].d);                                                                              \
+            for (int t = 0; t < nt; t++) {                                                                             \
+                const dsq_block_q8_0 *a = ACT_ROW(dsq_block_q8_0, va, stride, t) + i;                                  \
+                const __m256 d = _mm256_set1_ps(dx * f16(a->d));                                                       \
+                const __m256i p = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(load32(a->qs), q));                        \
+                acc[h][t] =                                                                                            \
+                    _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1))), acc[h][t]);     \
+            }                                                                                                          \
+        }                                                                                                              \
+        for (int t = 0; t < nt; t++) out[t * ldo] = hsum8(_mm256_add_ps(acc[0][t], acc[1][t]));                        \
+    }
+
+BLOCK32_MULTI(rows_q4_0_multi, dsq_block_q4_0, levels_q4_0)
+BLOCK32_MULTI(rows_q5_0_multi, dsq_block_q5_0, levels_q5_0)
+BLOCK32_MULTI(rows_q8_0_multi, dsq_block_q8_0, levels_q8_0)
+BLOCK32_MULTI(rows_iq4_nl_multi, dsq_block_iq4_nl, levels_iq4_nl)
+
+/* q45_block's arithmetic for several tokens (q4_K: qh NULL). */
+static inline void q45_block_multi(uint16_t d16, uint16_t dmin16, const uint8_t *s12, const uint8_t *qs,
+                                   const dsq_block_q8_K *const *a, int nt, __m256 *acc)
+{
+    uint32_t w[3];
+    memcpy(w, s12, sizeof w);
+    uint32_t sc_lo = w[0] & 0x3f3f3f3fu, mn_lo = w[1] & 0x3f3f3f3fu;
+    uint32_t sc_hi = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
+    uint32_t mn_hi = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4);
+    __m128i sc = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo));
+    __m128i mn = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo));
+    __m256i scales = _mm256_broadcastsi128_si256(sc);
+    const __m256i m15 = _mm256_set1_epi8(15);
+    __m256i sum[DSQ_QGEMM_TOKENS];
+    for (int t = 0; t < nt; t++) sum[t] = _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        __m256i qb = load32(qs + 32 * c);
+        __m256i lo = _mm256_and_si256(qb, m15), hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m15);
+        __m256i sl = _mm256_shuffle_epi8(scales, word_pick(2 * c, 2 * c));
+        __m256i sh = _mm256_shuffle_epi8(scales, word_pick(2 * c + 1, 2 * c + 1));
+        for (int t = 0; t < nt; t++) {
+            sum[t] =
+                _mm256_add_epi32(sum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load32(a[t]->qs + 64 * c)), sl));
+            sum[t] = _mm256_add_epi32(sum[t],
+                                      _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load32(a[t]->qs + 64 * c + 32)), sh));
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a[t]->bsums),
+                                    _mm_loadu_si128((const __m128i *)(a[t]->bsums + 8)));
+        __m128i msum = _mm_madd_epi16(mn, bs);
+        float d = a[t]->d * f16(d16), dmin = a[t]->d * f16(dmin16);
+        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sum[t]), acc[t]);
+        __m256 m = _mm256_castps128_ps256(_mm_cvtepi32_ps(msum));
+        m = _mm256_insertf128_ps(m, _mm_setzero_ps(), 1);
+        acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin), m, acc[t]);
+    }
+}
+
+static inline void rows_q4_K_multi(int64_t n, const void *vx, const void *va, size_t stride, int nt, float *out,
+                                   int64_t ldo)
+{
+    const dsq_block_q4_K *x = vx;
+    __m256 acc[DSQ_QGEMM_TOKENS];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / DSQ_QK_K; i++) {
+        const dsq_block_q8_K *a[DSQ_QGEMM_TOKENS];
+        for (int t = 0; t < nt; t++) a[t] = ACT_ROW(dsq_block_q8_K, va, stride, t) + i;
+        q45_block_multi(x[i].d, x[i].dmin, x[i].scales, x[i].qs, a, nt, acc);
+    }
+    for (int t = 0; t < nt; t++) out[t * ldo] = hsum8(acc[t]);
+}
+
+/* One function per type: rows around the multi-token row dot. */
+#define GEMM_ROWS(name, rows_dot, burst)                                                                               \
+    void name(int64_t n, const void *w, size_t row_bytes, int64_t nr, const void *act, size_t act_stride, int nt,      \
+              float *y, int64_t ldy)                                                                                   \
+    {                                                                                                                  \
+        for (int64_t r = 0; r < nr; r++) {                                                                             \
+            const uint8_t *row = (const uint8_t *)w + (size_t)r * row_bytes;                                           \
+            if (burst) prefetch_ahead(row, row_bytes);                                                                 \
+            rows_dot(n, row, act, act_stride, nt, y + r, ldy);                                                         \
+        }                                                                                                              \
+    }
+
+GEMM_ROWS(dsq_qgemm_q4_0_avx2, rows_q4_0_multi, false)
+GEMM_ROWS(dsq_qgemm_q5_0_avx2, rows_q5_0_multi, false)
+GEMM_ROWS(dsq_qgemm_q8_0_avx2, rows_q8_0_multi, false)
+GEMM_ROWS(dsq_qgemm_iq4_nl_avx2, rows_iq4_nl_multi, false)
+GEMM_ROWS(dsq_qgemm_q4_K_avx2, rows_q4_K_multi, true)
 
 #else
 typedef int dsq_qgemv_avx2_unused; /* not an x86-64 GCC build: dsq_qgemv_kernel returns NULL */
