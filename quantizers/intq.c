@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "core/finite.h"
 #include "quantizers/intq_internal.h"
 #include "quantizers/intq_search.h"
 
@@ -189,13 +190,11 @@ static dsq_status check_finite(const float *w, int64_t rows, int64_t cols, int g
     int64_t total = rows * cols;
 #pragma omp parallel for reduction(max : bad) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
-        const float *row = w + r * cols;
-        for (int64_t c = 0; c < cols; c++)
-            if (!isfinite(row[c])) {
-                int64_t at = total - (r * cols + c); /* max of this = first bad index */
-                if (at > bad) bad = at;
-                break;
-            }
+        const int64_t c = dsq_find_nonfinite(w + r * cols, cols);
+        if (c >= 0) {
+            int64_t at = total - (r * cols + c); /* max of this = first bad index */
+            if (at > bad) bad = at;
+        }
     }
     if (bad < 0) return DSQ_OK;
     int64_t i = total - bad, r = i / cols, c = i % cols;
