@@ -227,6 +227,18 @@ GEMV_ROWS(dsq_qgemv_iq4_nl_avx2, row_iq4_nl, false)
 /* The activation's 16 per-16 sums as 16-bit words. */
 static inline __m256i bsums16(const dsq_block_q8_K *a) { return load32(a->bsums); }
 
+/* The 12 packed bytes' eight 6-bit scales and eight mins as 16-bit words. */
+static inline void q45_scales(const uint8_t *s12, __m128i *sc, __m128i *mn)
+{
+    uint32_t w[3];
+    memcpy(w, s12, sizeof w);
+    uint32_t sc_lo = w[0] & 0x3f3f3f3fu, mn_lo = w[1] & 0x3f3f3f3fu;
+    uint32_t sc_hi = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
+    uint32_t mn_hi = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4);
+    *sc = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo));
+    *mn = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo));
+}
+
 /* q4_K / q5_K: 8 sub-blocks of 32 with 6-bit scales and mins packed in 12
  * bytes (dsq_kq_scale_min): bytes 0-3 hold scales 0-3 (low 6 bits), 4-7 mins
  * 0-3, 8-11 the low nibbles of scales/mins 4-7, whose top 2 bits sit in the
@@ -234,13 +246,8 @@ static inline __m256i bsums16(const dsq_block_q8_K *a) { return load32(a->bsums)
 static inline __m256 q45_block(uint16_t d16, uint16_t dmin16, const uint8_t *s12, const uint8_t *qs, const uint8_t *qh,
                                const dsq_block_q8_K *a, __m256 acc)
 {
-    uint32_t w[3];
-    memcpy(w, s12, sizeof w);
-    uint32_t sc_lo = w[0] & 0x3f3f3f3fu, mn_lo = w[1] & 0x3f3f3f3fu;
-    uint32_t sc_hi = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
-    uint32_t mn_hi = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4);
-    __m128i sc = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo));
-    __m128i mn = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo));
+    __m128i sc, mn;
+    q45_scales(s12, &sc, &mn);
     /* sums of the activation over each 32-element sub-block, from the per-16 sums */
     __m128i bs =
         _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->bsums), _mm_loadu_si128((const __m128i *)(a->bsums + 8)));
@@ -487,13 +494,8 @@ BLOCK32_MULTI(rows_iq4_nl_multi, dsq_block_iq4_nl, levels_iq4_nl)
 static inline void q45_block_multi(uint16_t d16, uint16_t dmin16, const uint8_t *s12, const uint8_t *qs,
                                    const dsq_block_q8_K *const *a, int nt, __m256 *acc)
 {
-    uint32_t w[3];
-    memcpy(w, s12, sizeof w);
-    uint32_t sc_lo = w[0] & 0x3f3f3f3fu, mn_lo = w[1] & 0x3f3f3f3fu;
-    uint32_t sc_hi = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
-    uint32_t mn_hi = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4);
-    __m128i sc = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo));
-    __m128i mn = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo));
+    __m128i sc, mn;
+    q45_scales(s12, &sc, &mn);
     __m256i scales = _mm256_broadcastsi128_si256(sc);
     const __m256i m15 = _mm256_set1_epi8(15);
     __m256i sum[DSQ_QGEMM_TOKENS];
