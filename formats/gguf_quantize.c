@@ -524,11 +524,21 @@ static dsq_status run_job(const qjobs *q, int64_t j)
     int64_t row = m * q->ne1 + r0;
     /* Each expert of a 3-D tensor has its own importance slice (llama.cpp's i03 loop). */
     const float *qw = q->imatrix ? q->imatrix + (m % q->ne2) * q->ne0 : NULL;
-    return dsq_quantize(q->type, q->src + row * q->ne0, q->dst + (size_t)row * q->row_bytes, nr, q->ne0, qw);
+    const float *x = q->src + row * q->ne0;
+    /* The tensor's finiteness scan, done here on the rows about to be
+     * quantized: they come from memory once and stay in cache for the
+     * quantizer, where a pass of its own over the tensor read them twice. */
+    const int64_t bad = dsq_find_nonfinite(x, nr * q->ne0);
+    if (bad >= 0)
+        return dsq_fail(DSQ_ERR_NUMERIC, "row %lld, column %lld: value is %s (weights must be finite)",
+                        (long long)(row + bad / q->ne0), (long long)(bad % q->ne0), isnan(x[bad]) ? "NaN" : "Inf");
+    return dsq_quantize(q->type, x, q->dst + (size_t)row * q->row_bytes, nr, q->ne0, qw);
 }
 
 /* Rows split in jobs that never straddle two matrices; each job writes its
- * own rows, so the bytes do not depend on the threads or the schedule. */
+ * own rows, so the bytes do not depend on the threads or the schedule. The
+ * error reported is the lowest failing job's, so a tensor with several bad
+ * values names the first one, whatever the threads. */
 static dsq_status quantize_parallel(const qrun *r, const char *name, qjobs *q, int64_t n_matrices)
 {
     q->rows_per_job = (MIN_JOB_ELEMS + q->ne0 - 1) / q->ne0;
@@ -632,9 +642,11 @@ static dsq_status emit_tensor(qrun *r, size_t i, dsq_gguf_writer *w, dsq_gguf_qu
     const float *x = NULL;
     DSQ_TRY(load_f32(r, i, &x));
     uint64_t n = nelems_of(t);
-    DSQ_TRY(check_finite(t->name, x, t->ne[0], 0, (int64_t)(n / (uint64_t)t->ne[0])));
     /* A HF tensor that keeps its type: already F32, or converted like the rest. */
-    if (c->type == DSQ_TYPE_F32) return dsq_gguf_writer_write(w, x, n * sizeof(float));
+    if (c->type == DSQ_TYPE_F32) {
+        DSQ_TRY(check_finite(t->name, x, t->ne[0], 0, (int64_t)(n / (uint64_t)t->ne[0])));
+        return dsq_gguf_writer_write(w, x, n * sizeof(float));
+    }
     DSQ_TRY(quantize_tensor(r, i, x, c->type, rt->bytes_out, imatrix));
     if (r->src.g) {
         dsq_tensor v;

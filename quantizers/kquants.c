@@ -739,11 +739,22 @@ bool dsq_kquants_simd_active(void)
 }
 
 #if DSQ_KQ_HAVE_AVX2
+/* The widest copy the CPU runs; every copy gives the reference's bytes. */
 #define KQ_QUANT(t)                                                                                \
     void dsq_quantize_row_##t(const float *x, void *y, int64_t n, const float *qw)                 \
     {                                                                                              \
-        if (dsq_cpu_has(DSQ_CPU_AVX2))                                                           \
-            dsq_kq_avx2_quantize_row_##t(x, y, n, qw);                                                 \
+        if (dsq_cpu_has(DSQ_CPU_AVX512F))                                                          \
+            dsq_kq_avx512_quantize_row_##t(x, y, n, qw);                                           \
+        else if (dsq_cpu_has(DSQ_CPU_AVX2))                                                        \
+            dsq_kq_avx2_quantize_row_##t(x, y, n, qw);                                             \
+        else                                                                                       \
+            dsq_quantize_row_##t##_ref(x, y, n, qw);                                               \
+    }
+#define KQ_QUANT_AVX2(t)                                                                           \
+    void dsq_quantize_row_##t(const float *x, void *y, int64_t n, const float *qw)                 \
+    {                                                                                              \
+        if (dsq_cpu_has(DSQ_CPU_AVX2))                                                             \
+            dsq_kq_avx2_quantize_row_##t(x, y, n, qw);                                             \
         else                                                                                       \
             dsq_quantize_row_##t##_ref(x, y, n, qw);                                               \
     }
@@ -753,6 +764,7 @@ bool dsq_kquants_simd_active(void)
     {                                                                                              \
         dsq_quantize_row_##t##_ref(x, y, n, qw);                                                   \
     }
+#define KQ_QUANT_AVX2(t) KQ_QUANT(t)
 #endif
 
 KQ_QUANT(q2_K)
@@ -760,4 +772,4 @@ KQ_QUANT(q3_K)
 KQ_QUANT(q4_K)
 KQ_QUANT(q5_K)
 KQ_QUANT(q6_K)
-KQ_QUANT(q8_K)
+KQ_QUANT_AVX2(q8_K)

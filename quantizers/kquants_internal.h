@@ -78,6 +78,12 @@ void dsq_kq_avx2_quantize_row_q4_K(const float *x, void *y, int64_t n, const flo
 void dsq_kq_avx2_quantize_row_q5_K(const float *x, void *y, int64_t n, const float *qw);
 void dsq_kq_avx2_quantize_row_q6_K(const float *x, void *y, int64_t n, const float *qw);
 void dsq_kq_avx2_quantize_row_q8_K(const float *x, void *y, int64_t n, const float *qw);
+/* AVX-512F versions (quantizers/kquants_avx512.c), same bytes. */
+void dsq_kq_avx512_quantize_row_q2_K(const float *x, void *y, int64_t n, const float *qw);
+void dsq_kq_avx512_quantize_row_q3_K(const float *x, void *y, int64_t n, const float *qw);
+void dsq_kq_avx512_quantize_row_q4_K(const float *x, void *y, int64_t n, const float *qw);
+void dsq_kq_avx512_quantize_row_q5_K(const float *x, void *y, int64_t n, const float *qw);
+void dsq_kq_avx512_quantize_row_q6_K(const float *x, void *y, int64_t n, const float *qw);
 void dsq_kq_avx2_vec_dot_q2_K_q8_K(int64_t n, float *s, const void *x, const void *y);
 void dsq_kq_avx2_vec_dot_q3_K_q8_K(int64_t n, float *s, const void *x, const void *y);
 void dsq_kq_avx2_vec_dot_q4_K_q8_K(int64_t n, float *s, const void *x, const void *y);

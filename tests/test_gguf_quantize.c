@@ -625,6 +625,17 @@ static void test_nonfinite(void **state)
         fail_msg("message: %s", dsq_errmsg());
     assert_int_equal(dsq_test_count_entries(dir), 1);
 
+    /* a row far into the tensor: the scan runs per job of rows, so the
+     * position must still be counted from the tensor's first row */
+    s.nan_row = 200;
+    char *in3 = make_synth(dir, "nan200.gguf", &s);
+    assert_int_equal(dsq_gguf_quantize(in3, out, &o, NULL), DSQ_ERR_NUMERIC);
+    if (!strstr(dsq_errmsg(), "blk.0.ffn_up.weight") || !strstr(dsq_errmsg(), "row 200, column 5"))
+        fail_msg("message: %s", dsq_errmsg());
+    remove(in3);
+    free(in3);
+    assert_int_equal(dsq_test_count_entries(dir), 1);
+
     s.nan_tensor = "output_norm.weight";
     s.nan_row = 0;
     s.nan_col = 7;

@@ -26,6 +26,8 @@
 
 #include "core/dtype.h"
 #include "formats/gguf.h"
+#include "kernels/cpu.h"
+#include "quantizers/kquants_internal.h"
 #include "quantizers/kquants_ref.h"
 #include "quantizers/qtypes.h"
 #include "quantizers/quants.h"
@@ -370,32 +372,79 @@ static void fill_edge_row(float *x, float *w, int64_t n, uint64_t *seed, int rou
     }
 }
 
+/* Every copy of the row quantizers this CPU can run, by name; the rows of
+ * g_cases in order (q2_K..q6_K). */
+typedef struct kcopy {
+    const char *isa;
+    bool runs;
+    quant_fn fn[5];
+} kcopy;
+
+static int simd_copies(kcopy *out)
+{
+    int n = 0;
+#if DSQ_KQ_HAVE_AVX2
+    out[n++] = (kcopy){"AVX2",
+                       dsq_cpu_has(DSQ_CPU_AVX2),
+                       {dsq_kq_avx2_quantize_row_q2_K, dsq_kq_avx2_quantize_row_q3_K, dsq_kq_avx2_quantize_row_q4_K,
+                        dsq_kq_avx2_quantize_row_q5_K, dsq_kq_avx2_quantize_row_q6_K}};
+    out[n++] = (kcopy){"AVX-512F",
+                       dsq_cpu_has(DSQ_CPU_AVX512F),
+                       {dsq_kq_avx512_quantize_row_q2_K, dsq_kq_avx512_quantize_row_q3_K,
+                        dsq_kq_avx512_quantize_row_q4_K, dsq_kq_avx512_quantize_row_q5_K,
+                        dsq_kq_avx512_quantize_row_q6_K}};
+#endif
+    (void)out;
+    return n;
+}
+
+/* The dispatched function and each SIMD copy against the scalar reference,
+ * on rows of an even and an odd number of super-blocks (16 lanes carry two
+ * q4_K/q5_K super-blocks, so an odd count takes the padded last pass). */
 static void test_simd_matches_scalar(void **state)
 {
     (void)state;
-    printf("k-quant SIMD paths %s\n", dsq_kquants_simd_active() ? "active (AVX2)" : "inactive: scalar compared with itself");
-    enum { N = 2048 };
+    assert_int_equal(N_CASES, 5);
+    kcopy copies[2];
+    const int n_copies = simd_copies(copies);
+    for (int c = 0; c < n_copies; c++)
+        printf("k-quant %s copy: %s\n", copies[c].isa,
+               copies[c].runs ? "compared with the scalar reference" : "not run, this CPU lacks it");
+    if (!n_copies) printf("k-quant SIMD copies not built for this architecture: scalar compared with itself\n");
+    enum { N = 2304 };
+    const int64_t lens[] = {2048, 2304};
     float *x = malloc(N * sizeof(float)), *w = malloc(N * sizeof(float));
     uint8_t *q1 = malloc(N / 256 * 292), *q2 = malloc(N / 256 * 292);
     uint64_t seed = 77;
     int rows = 0;
     for (int round = 0; round < 40; round++) {
-        fill_edge_row(x, w, N, &seed, round);
+        const int64_t n = lens[round % 2];
+        fill_edge_row(x, w, n, &seed, round);
+        if (round >= 30) /* plain rows, each super-block its own spread: its own sigma^2 */
+            for (int64_t i = 0; i < n; i++) x[i] = dsq_test_randn(&seed) * (float)(1 + i / 256);
         for (size_t k = 0; k < N_CASES; k++) {
             const kcase *c = &g_cases[k];
             for (int imat = 0; imat < 2; imat++) {
-                c->quant(x, q1, N, imat ? w : NULL);
-                c->quant_ref(x, q2, N, imat ? w : NULL);
-                if (memcmp(q1, q2, row_bytes(c, N)))
-                    fail_msg("%s%s round %d: SIMD bytes differ from scalar", c->name, imat ? " imat" : "", round);
-                rows++;
+                c->quant_ref(x, q2, n, imat ? w : NULL);
+                c->quant(x, q1, n, imat ? w : NULL);
+                if (memcmp(q1, q2, row_bytes(c, n)))
+                    fail_msg("%s%s round %d: dispatched bytes differ from scalar", c->name, imat ? " imat" : "", round);
+                for (int v = 0; v < n_copies; v++) {
+                    if (!copies[v].runs) continue;
+                    memset(q1, 0xA5, row_bytes(c, n));
+                    copies[v].fn[k](x, q1, n, imat ? w : NULL);
+                    if (memcmp(q1, q2, row_bytes(c, n)))
+                        fail_msg("%s%s round %d, %lld values: %s bytes differ from scalar", c->name,
+                                 imat ? " imat" : "", round, (long long)n, copies[v].isa);
+                    rows++;
+                }
             }
         }
-        dsq_quantize_row_q8_K(x, q1, N, NULL);
-        dsq_quantize_row_q8_K_ref(x, q2, N, NULL);
-        if (memcmp(q1, q2, N / 256 * 292)) fail_msg("q8_K round %d: SIMD bytes differ from scalar", round);
+        dsq_quantize_row_q8_K(x, q1, n, NULL);
+        dsq_quantize_row_q8_K_ref(x, q2, n, NULL);
+        if (memcmp(q1, q2, (size_t)n / 256 * 292)) fail_msg("q8_K round %d: SIMD bytes differ from scalar", round);
     }
-    printf("SIMD == scalar on %d edge rows\n", rows);
+    printf("SIMD copies == scalar on %d edge rows\n", rows);
     free(x);
     free(w);
     free(q1);
