@@ -164,6 +164,8 @@ def make_synthetic(ref_f32, workdir, gigabytes):
 
 
 def time_ours(binary, f32, out, ftype, threads):
+    if os.path.exists(out):  # as for llama.cpp: neither pays for unlinking the last output
+        os.remove(out)
     os.sync()
     t0 = time.perf_counter()
     run([binary, "-q", "gguf", f32, "-o", out, "--type", ftype, "--threads", str(threads), "--force"])

@@ -774,6 +774,7 @@ struct dsq_gguf_writer {
     uint32_t alignment;
     uint64_t data_start, data_size;
     uint64_t cur, cur_done; /* tensor being streamed and its bytes so far */
+    bool direct;            /* dsq_gguf_writer_set_direct */
 };
 
 dsq_status dsq_gguf_writer_new(dsq_gguf_writer **out)
@@ -1212,6 +1213,8 @@ static void skip_empty_tensors(dsq_gguf_writer *w)
     while (w->cur < w->n_t && w->t[w->cur].nbytes == 0) w->cur++;
 }
 
+void dsq_gguf_writer_set_direct(dsq_gguf_writer *w, bool on) { w->direct = on; }
+
 dsq_status dsq_gguf_writer_begin(dsq_gguf_writer *w, const char *path, bool overwrite)
 {
     if (w->state != W_BUILD) return dsq_fail(DSQ_ERR_ARG, "%s: gguf writer already began", path);
@@ -1221,6 +1224,7 @@ dsq_status dsq_gguf_writer_begin(dsq_gguf_writer *w, const char *path, bool over
     w->path = strdup(path);
     if (!w->path) return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory", path);
     DSQ_TRY(dsq_outfile_open(path, overwrite, &w->out)); /* nothing created on failure: begin may be retried */
+    dsq_outfile_set_direct(w->out, w->direct);
     s = wr_header(w);
     if (s != DSQ_OK) return writer_fail(w, s);
     w->state = W_DATA;

@@ -163,6 +163,9 @@ dsq_status dsq_gguf_add_tensor(dsq_gguf_writer *w, const char *name, dsq_type ty
  * and the alignment; the file is their sum. */
 dsq_status dsq_gguf_writer_layout(dsq_gguf_writer *w, uint64_t *header_bytes, uint64_t *data_bytes,
                                   uint32_t *alignment);
+/* Before begin: the file written with direct I/O (dsq_outfile_set_direct),
+ * for a model's worth of bytes that should not be copied into the page cache. */
+void dsq_gguf_writer_set_direct(dsq_gguf_writer *w, bool on);
 dsq_status dsq_gguf_writer_begin(dsq_gguf_writer *w, const char *path, bool overwrite);
 dsq_status dsq_gguf_writer_write(dsq_gguf_writer *w, const void *data, uint64_t n);
 dsq_status dsq_gguf_writer_finish(dsq_gguf_writer *w);

@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/bgwrite.h"
 #include "core/clock.h"
 #include "core/finite.h"
 #include "core/fileio.h"
@@ -257,6 +258,9 @@ typedef struct qrun {
     uint64_t f32_cap;    /* elements */
     uint8_t *qbuf;       /* its output bytes */
     uint64_t q_cap;
+    uint8_t *qbuf_out;   /* the previous tensor's, being written meanwhile */
+    uint64_t q_cap_out;
+    dsq_bgwrite *bg;     /* the writes of quantized tensors, on a thread of their own */
     dsq_gguf_quantize_report *rep;
     bool quiet; /* the plan alone: its warnings come again with the file */
 } qrun;
@@ -267,6 +271,7 @@ static void run_free(qrun *r)
     free(r->order);
     free(r->f32);
     free(r->qbuf);
+    free(r->qbuf_out);
     dsq_imatrix_free(r->im_owned);
     src_close(&r->src);
     dsq_gguf_quantize_report_free(r->rep);
@@ -582,6 +587,28 @@ static dsq_status quantize_tensor(qrun *r, size_t i, const float *x, dsq_type ty
     return quantize_parallel(r, t->name, &q, t->ne[2] * t->ne[3]);
 }
 
+/* Bytes that must reach the file in order with the background writes: after
+ * them, written here. */
+static dsq_status write_now(qrun *r, dsq_gguf_writer *w, const void *p, uint64_t n)
+{
+    DSQ_TRY(dsq_bgwrite_wait(r->bg));
+    return dsq_gguf_writer_write(w, p, n);
+}
+
+/* The quantized tensor in r->qbuf goes to the writer thread; the next tensor
+ * is quantized into the other buffer meanwhile. */
+static dsq_status write_quantized(qrun *r, uint64_t n)
+{
+    DSQ_TRY(dsq_bgwrite_submit(r->bg, r->qbuf, n));
+    uint8_t *b = r->qbuf;
+    uint64_t c = r->q_cap;
+    r->qbuf = r->qbuf_out, r->q_cap = r->q_cap_out;
+    r->qbuf_out = b, r->q_cap_out = c;
+    return DSQ_OK;
+}
+
+static dsq_status bg_write(void *w, const void *buf, uint64_t n) { return dsq_gguf_writer_write(w, buf, n); }
+
 /* A GGUF tensor that keeps its type: checked like llama.cpp's loader checks
  * every tensor (values must be finite), then copied byte for byte. */
 static dsq_status copy_gguf_tensor(qrun *r, size_t i, dsq_gguf_writer *w)
@@ -604,7 +631,7 @@ static dsq_status copy_gguf_tensor(qrun *r, size_t i, dsq_gguf_writer *w)
     const uint8_t *p = v.data;
     for (uint64_t off = 0; off < v.nbytes; off += COPY_BYTES) {
         uint64_t len = v.nbytes - off < COPY_BYTES ? v.nbytes - off : COPY_BYTES;
-        DSQ_TRY(dsq_gguf_writer_write(w, p + off, len));
+        DSQ_TRY(write_now(r, w, p + off, len));
         dsq_release_pages(p + off, len);
     }
     return DSQ_OK;
@@ -634,7 +661,7 @@ static dsq_status emit_tensor(qrun *r, size_t i, dsq_gguf_writer *w, dsq_gguf_qu
         if (bytes) {
             rt->provided = true;
             rt->imatrix = imatrix != NULL;
-            return dsq_gguf_writer_write(w, bytes, rt->bytes_out);
+            return write_now(r, w, bytes, rt->bytes_out);
         }
     }
     if (c->quantize) DSQ_TRY(check_low_bit(r, t->name, c->type, imatrix));
@@ -645,14 +672,14 @@ static dsq_status emit_tensor(qrun *r, size_t i, dsq_gguf_writer *w, dsq_gguf_qu
     /* A HF tensor that keeps its type: already F32, or converted like the rest. */
     if (c->type == DSQ_TYPE_F32) {
         DSQ_TRY(check_finite(t->name, x, t->ne[0], 0, (int64_t)(n / (uint64_t)t->ne[0])));
-        return dsq_gguf_writer_write(w, x, n * sizeof(float));
+        return write_now(r, w, x, n * sizeof(float));
     }
     DSQ_TRY(quantize_tensor(r, i, x, c->type, rt->bytes_out, imatrix));
     if (r->src.g) {
         dsq_tensor v;
         if (dsq_gguf_tensor(r->src.g, i, &v) == DSQ_OK) dsq_release_pages(v.data, v.nbytes);
     }
-    return dsq_gguf_writer_write(w, r->qbuf, rt->bytes_out);
+    return write_quantized(r, rt->bytes_out);
 }
 
 static void format_shape(const dsq_mix_tensor *t, char *buf, size_t cap)
@@ -736,8 +763,13 @@ static dsq_status write_output(qrun *r, dsq_gguf_writer **wp)
     DSQ_TRY(dsq_gguf_writer_new(wp));
     DSQ_TRY(new_report(r));
     DSQ_TRY(lay_out(r, *wp));
+    /* A model's worth of bytes: not copied into the page cache (the copy cost
+     * as much as a quantizer), and waiting on the disk on the writer thread. */
+    dsq_gguf_writer_set_direct(*wp, true);
     DSQ_TRY(dsq_gguf_writer_begin(*wp, r->out, r->opt->overwrite));
+    DSQ_TRY(dsq_bgwrite_start(&r->bg, bg_write, *wp));
     DSQ_TRY(emit_all(r, *wp));
+    DSQ_TRY(dsq_bgwrite_wait(r->bg));
     return dsq_gguf_writer_finish(*wp);
 }
 
@@ -773,6 +805,8 @@ static dsq_status run(qrun *r, const char *in)
     DSQ_TRY(plan(r));
     dsq_gguf_writer *w = NULL;
     dsq_status st = write_output(r, &w);
+    dsq_bgwrite_stop(r->bg); /* before the writer it writes to goes */
+    r->bg = NULL;
     dsq_gguf_writer_free(w); /* after a failure this removes the temporary */
     DSQ_TRY(st);
     r->rep->seconds = dsq_now_s() - t0;

@@ -281,22 +281,30 @@ KQ_TARGET static void kv_make_qx(int n, int nmax, const kv_f *xv, const kv_f *wv
     }
     kv_f scale = kv_sel(zero, kv_div(sumlx, suml2), kv_neq(suml2, zero));
     kv_f best = kv_mul(scale, sumlx);
-    kv_i cand[KQ_MAXN];
+    /* The candidate levels as floats: clamped first, then rounded by the
+     * float form of the same trick (add and subtract 1.5 * 2^23). For |v| <
+     * 2^22 both give round-half-even of v, and every lane that can be taken
+     * has |v| <= nmax + 1 (|x| <= |max|, which is >= GROUP_MAX_EPS); tiny
+     * lanes are garbage either way and dropped. Two operations fewer per
+     * value in the loop the time goes to. */
+    const kv_f lo = kv_set1((float)-nmax), hi = kv_set1((float)(nmax - 1)), magic = kv_set1(12582912.f);
     for (int is = -9; is <= 9; is++) {
         if (is == 0) continue;
         float c = -((float)nmax + 0.1f * (float)is);
         iscale = kv_div(kv_set1(c), max);
         sumlx = suml2 = zero;
         for (int i = 0; i < n; i++) {
-            cand[i] = ki_clamp(kv_nearest(kv_mul(iscale, xv[i])), -nmax, nmax - 1);
-            kv_f lf = kv_cvt(cand[i]);
+            kv_f lf = kv_sub(kv_add(kv_min(kv_max(kv_mul(iscale, xv[i]), lo), hi), magic), magic);
             sumlx = kv_add(sumlx, kv_mul(wx[i], lf));
             suml2 = kv_add(suml2, kv_mul(kv_mul(w[i], lf), lf));
         }
         kv_m upd = km_and(kv_gt(suml2, zero), kv_gt(kv_mul(sumlx, sumlx), kv_mul(best, suml2)));
         upd = km_andnot(tiny, upd);
         if (!km_any(upd)) continue;
-        for (int i = 0; i < n; i++) Lv[i] = ki_sel(Lv[i], ki_add(cand[i], vnmax), upd);
+        for (int i = 0; i < n; i++) {
+            kv_i cand = ki_clamp(kv_nearest(kv_mul(iscale, xv[i])), -nmax, nmax - 1);
+            Lv[i] = ki_sel(Lv[i], ki_add(cand, vnmax), upd);
+        }
         kv_f ns = kv_div(sumlx, suml2);
         scale = kv_sel(scale, ns, upd);
         best = kv_sel(best, kv_mul(ns, sumlx), upd);
