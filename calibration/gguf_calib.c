@@ -1,4 +1,4 @@
-/* GPTQ into a llama.cpp GGUF; the steps are in gguf_calib.h. */
+/* GPTQ or AWQ into a llama.cpp GGUF; the steps are in gguf_calib.h. */
 #include "calibration/gguf_calib.h"
 
 #include <errno.h>
@@ -14,6 +14,7 @@
 #include "formats/hf_names.h"
 #include "formats/imatrix.h"
 #include "quantizers/block_codes.h"
+#include "quantizers/qtypes.h"
 #include "runtime/model.h"
 #include "runtime/tokenizer.h"
 
@@ -53,8 +54,9 @@ static dsq_status target(void *user, int layer, int id, dsq_type *type, const fl
     *type = DSQ_TYPE_F32;
     *importance = NULL;
     int64_t i = plan_index(g, name);
-    if (i < 0 || !g->plan->tensors[i].quantized) return DSQ_OK;
-    *type = g->plan->tensors[i].type_out;
+    if (i < 0) return DSQ_OK;
+    *type = g->plan->tensors[i].type_out; /* a float type when the plan keeps it so */
+    if (!g->plan->tensors[i].quantized) return DSQ_OK;
     if (g->im) DSQ_TRY(dsq_imatrix_for_tensor(g->im, name, g->plan->tensors[i].ne[0], 1, importance));
     return DSQ_OK;
 }
@@ -85,11 +87,9 @@ static dsq_status spill_io(gcalib *g, bool write, void *p, uint64_t n, uint64_t 
     return DSQ_OK;
 }
 
-static dsq_status put(void *user, int layer, int id, dsq_type type, const void *bytes, uint64_t nbytes)
+/* Plan tensor `name` in its planned type and size, or a format error. */
+static dsq_status planned(gcalib *g, const char *name, dsq_type type, uint64_t nbytes, int64_t *index)
 {
-    gcalib *g = user;
-    char name[160];
-    linear_name(g, layer, id, name, sizeof name);
     int64_t i = plan_index(g, name);
     if (i < 0) return dsq_fail(DSQ_ERR_FORMAT, "gguf: %s is not in the plan", name);
     const dsq_gguf_quantize_tensor *t = &g->plan->tensors[i];
@@ -97,6 +97,27 @@ static dsq_status put(void *user, int layer, int id, dsq_type type, const void *
         return dsq_fail(DSQ_ERR_FORMAT, "gguf: %s: calibrated as %s (%llu bytes), planned %s (%llu bytes)", name,
                         dsq_type_name(type), (unsigned long long)nbytes, dsq_type_name(t->type_out),
                         (unsigned long long)t->bytes_out);
+    *index = i;
+    return DSQ_OK;
+}
+
+static dsq_status spill(gcalib *g, int64_t i, dsq_type type, const void *bytes, uint64_t nbytes)
+{
+    DSQ_TRY(spill_io(g, true, (void *)bytes, nbytes, g->spill_end));
+    g->sp[i] = (spilled){g->spill_end, nbytes, type};
+    g->has[i] = true;
+    g->spill_end += nbytes;
+    return DSQ_OK;
+}
+
+static dsq_status put(void *user, int layer, int id, dsq_type type, const void *bytes, uint64_t nbytes)
+{
+    gcalib *g = user;
+    char name[160];
+    linear_name(g, layer, id, name, sizeof name);
+    int64_t i;
+    DSQ_TRY(planned(g, name, type, nbytes, &i));
+    const dsq_gguf_quantize_tensor *t = &g->plan->tensors[i];
     const dsq_permute_kind perm = g->m->block->linears[id].perm;
     if (perm != DSQ_PERMUTE_NONE && !g->rows_gguf) {
         /* HF row order -> llama.cpp's: whole rows of blocks move */
@@ -106,10 +127,31 @@ static dsq_status put(void *user, int layer, int id, dsq_type type, const void *
         DSQ_TRY(dsq_permute_rows(&g->m->arch, perm, true, g->buf, rows, (size_t)(nbytes / (uint64_t)rows), NULL));
         bytes = g->buf;
     }
-    DSQ_TRY(spill_io(g, true, (void *)bytes, nbytes, g->spill_end));
-    g->sp[i] = (spilled){g->spill_end, nbytes, type};
-    g->has[i] = true;
-    g->spill_end += nbytes;
+    return spill(g, i, type, bytes, nbytes);
+}
+
+/* AWQ: the layer's norms, with the scales folded into them, in their planned
+ * (float) types. */
+static dsq_status put_norms(void *user, const dsq_seq_layer_out *l)
+{
+    gcalib *g = user;
+    const dsq_block_desc *d = g->m->block;
+    for (int k = 0; k < d->n_norms; k++) {
+        if (!l->norm[k]) continue;
+        char name[160];
+        snprintf(name, sizeof name, "blk.%d.%s.weight", l->layer, d->norms[k].gguf);
+        int64_t i = plan_index(g, name);
+        if (i < 0) return dsq_fail(DSQ_ERR_FORMAT, "gguf: %s is not in the plan", name);
+        const dsq_gguf_quantize_tensor *t = &g->plan->tensors[i];
+        const int64_t n = dsq_block_norm_dim(d, &g->m->arch, k);
+        if ((uint64_t)n != (uint64_t)t->ne[0] * (uint64_t)t->ne[1])
+            return dsq_fail(DSQ_ERR_FORMAT, "gguf: %s has %llu values, the model's norm %lld", name,
+                            (unsigned long long)((uint64_t)t->ne[0] * (uint64_t)t->ne[1]), (long long)n);
+        DSQ_TRY(grow_buf(g, t->bytes_out));
+        DSQ_TRY(dsq_quantize(t->type_out, l->norm[k], g->buf, 1, n, NULL));
+        DSQ_TRY(planned(g, name, t->type_out, t->bytes_out, &i));
+        DSQ_TRY(spill(g, i, t->type_out, g->buf, t->bytes_out));
+    }
     return DSQ_OK;
 }
 
@@ -143,7 +185,7 @@ static dsq_status open_spill(gcalib *g, const char *out)
     return DSQ_OK;
 }
 
-static dsq_status check_tokens(const dsq_model *m, const dsq_calib_set *c)
+static dsq_status check_tokens(const dsq_model *m, const dsq_calib_set *c, const char *method)
 {
     int64_t widest = 0;
     for (int id = 0; id < m->block->n_linears; id++) {
@@ -154,9 +196,9 @@ static dsq_status check_tokens(const dsq_model *m, const dsq_calib_set *c)
     int64_t tokens = (int64_t)c->n_samples * c->seqlen;
     if (tokens < widest)
         return dsq_fail(DSQ_ERR_ARG,
-                        "gptq: %lld calibration tokens (%d x %d) are fewer than the widest linear input (%lld): "
-                        "every Hessian would be singular; raise --n-samples or --seqlen",
-                        (long long)tokens, c->n_samples, c->seqlen, (long long)widest);
+                        "%s: %lld calibration tokens (%d x %d) are fewer than the widest linear input (%lld): "
+                        "every Hessian (input Gram matrix) would be singular; raise --n-samples or --seqlen",
+                        method, (long long)tokens, c->n_samples, c->seqlen, (long long)widest);
     return DSQ_OK;
 }
 
@@ -166,21 +208,31 @@ static dsq_status calibrate(gcalib *g, const char *in, const dsq_gguf_calib_opts
     DSQ_TRY(dsq_model_open(in, &g->m));
     DSQ_TRY(dsq_block_require(g->m->block, &g->m->arch, DSQ_BLOCK_CAN_CALIBRATE, in));
     if (g->m->arch.moe.n_routed > 0)
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: gptq into GGUF blocks does not handle MoE experts yet (%s)", in,
-                        g->m->arch.hf_architecture);
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: %s into GGUF blocks does not handle MoE experts yet (%s)", in,
+                        co->method->name, g->m->arch.hf_architecture);
     g->rows_gguf = g->m->ckpt->kind == DSQ_CKPT_GGUF;
     DSQ_TRY(dsq_tokenizer_load(in, &tok));
     dsq_status st = dsq_calib_load(&co->calib, tok, &rep->calib);
     dsq_tokenizer_free(tok);
     DSQ_TRY(st);
     DSQ_LOGI("calibration: %d x %d tokens from %s", rep->calib.n_samples, rep->calib.seqlen, rep->calib.path);
-    DSQ_TRY(check_tokens(g->m, &rep->calib));
+    DSQ_TRY(check_tokens(g->m, &rep->calib, co->method->name));
     dsq_seq_gguf hooks = {target, put, g};
     dsq_seq_opts o = dsq_seq_default_opts();
     o.method = co->method;
     o.q.bits = 4;
     o.q.group_size = -1; /* unused: the GGUF types decide; per channel fits every width */
     o.q.sym = true;
+    if (co->method == &dsq_method_awq) {
+        /* the INT options only shape AWQ's w_mean (groups of 32, the blocks'
+         * width); the block quantizers choose their own ranges, so no clip */
+        o.q.group_size = 32;
+        o.q.sym = false;
+        o.awq.clip = false;
+        o.awq_loss_samples = co->loss_samples;
+        o.emit = put_norms;
+        o.user = g;
+    }
     o.damp = co->damp;
     o.act_order = co->act_order;
     o.bf16 = co->bf16;
@@ -198,8 +250,8 @@ static dsq_status check_types(const dsq_gguf_quantize_report *plan)
         const dsq_gguf_quantize_tensor *t = &plan->tensors[i];
         if (!t->quantized || strncmp(t->name, "blk.", 4) || dsq_block_codes_supported(t->type_out)) continue;
         return dsq_fail(DSQ_ERR_UNSUPPORTED,
-                        "gguf --method gptq: tensor %s is planned as %s, not a block type GPTQ writes (q4_0, q4_1, "
-                        "q5_0, q5_1, q8_0, q2_K..q6_K, iq4_nl, iq4_xs)",
+                        "gguf --method: tensor %s is planned as %s, not a block type GPTQ or AWQ writes (q4_0, "
+                        "q4_1, q5_0, q5_1, q8_0, q2_K..q6_K, iq4_nl, iq4_xs)",
                         t->name, dsq_type_name(t->type_out));
     }
     return DSQ_OK;
@@ -209,8 +261,8 @@ static dsq_status setup(gcalib *g, const char *in, const char *out, const dsq_gg
                         const dsq_gguf_calib_opts *co, dsq_imatrix **im_owned)
 {
     if (gopt->provider) return dsq_fail(DSQ_ERR_ARG, "gguf: a provider is already set");
-    if (co->method != &dsq_method_gptq)
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, "gguf --method %s: only gptq writes GGUF blocks (yet)",
+    if (co->method != &dsq_method_gptq && co->method != &dsq_method_awq)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "gguf --method %s: only gptq and awq write GGUF blocks",
                         co->method ? co->method->name : "?");
     if (dsq_exists(out) && !gopt->overwrite)
         return dsq_fail(DSQ_ERR_EXISTS, "%s: already exists (use --force to replace it)", out);

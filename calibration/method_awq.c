@@ -17,7 +17,15 @@
  * experts. The scales fold into the norm, the shared experts and the
  * router's columns (routing unchanged) and, when moe.c copies them, each
  * expert's gate/up. Each expert then runs awq_expert on the tokens routed to
- * it: its own up -> down scales (quadratic-form loss), clip, quantize. */
+ * it: its own up -> down scales (quadratic-form loss), clip, quantize.
+ *
+ * Into GGUF blocks (`dsquant gguf --method awq`, s->o->gguf set): every
+ * fake quantization of the searches is the planned block type's own
+ * quantizer on w diag(s), with the importance of the scaled columns (the
+ * imatrix entry when given, else mean x^2 of the captured input, divided by
+ * s^2); no clip search (the block quantizers choose their own ranges; as in
+ * llm-compressor's AWQ); then every linear of the layer is written in its
+ * planned type with that importance, and gguf_calib.c writes the folded norms. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +45,11 @@ typedef struct awq_st {
     float *backup[DSQ_BLOCK_MAX_LINEARS];     /* unmodified weights during a search */
     float *yref, *y, *tx, *work;              /* loss buffers */
     dsq_seq_moe_eval moe;                     /* MoE layers: the MLP on the loss rows */
+    /* GGUF blocks: mean x^2 of each group's captured input before any
+     * scaling, the scales each group took, a column buffer */
+    float *xsq[DSQ_BLOCK_MAX_GROUPS];
+    const float *gsc[DSQ_BLOCK_MAX_GROUPS];
+    float *imp;
 } awq_st;
 
 typedef struct awq_group {
@@ -100,6 +113,32 @@ static dsq_status half_output(awq_st *a, awq_group *gr, float *y)
     return dsq_ctx_matmul(c, &s->m->layers[s->l].lin[tail], a->tx, y, (int)a->nt);
 }
 
+/* GGUF blocks: linear id's planned type and the importance of its columns
+ * before scaling (its imatrix entry, else mean x^2 of its captured input). */
+static dsq_status gguf_importance(awq_st *a, int id, dsq_type *type, const float **imp)
+{
+    DSQ_TRY(dsq_seq_gguf_target(a->s, id, type, imp));
+    int g = a->s->d->linears[id].group;
+    if (!*imp && g >= 0) *imp = a->xsq[g];
+    return DSQ_OK;
+}
+
+/* The fake quantization of one member under scales sc, by its block type
+ * (a member the plan keeps in float is its float self). */
+static dsq_status gguf_fake(awq_st *a, int id, const float *sc)
+{
+    dsq_seq_layer *s = a->s;
+    dsq_type type;
+    const float *imp;
+    DSQ_TRY(gguf_importance(a, id, &type, &imp));
+    const int64_t rows = dsq_seq_lin_out(s, id), cols = dsq_seq_lin_in(s, id);
+    if (!dsq_seq_gguf_is_blocks(type)) {
+        memcpy(s->w[id], a->backup[id], (size_t)(rows * cols) * sizeof(float));
+        return DSQ_OK;
+    }
+    return dsq_awq_fake_quant_blocks(a->backup[id], rows, cols, sc, type, imp, s->w[id]);
+}
+
 static dsq_status group_loss(void *user, const float *sc, double *loss)
 {
     awq_group *gr = user;
@@ -108,8 +147,11 @@ static dsq_status group_loss(void *user, const float *sc, double *loss)
     gr->cur = sc;
     for (int k = 0; k < gr->n; k++) {
         int id = gr->ids[k];
-        DSQ_TRY(dsq_awq_fake_quant(a->backup[id], dsq_seq_lin_out(s, id), dsq_seq_lin_in(s, id), sc, &s->o->awq.q,
-                                   s->w[id]));
+        if (s->o->gguf)
+            DSQ_TRY(gguf_fake(a, id, sc));
+        else
+            DSQ_TRY(dsq_awq_fake_quant(a->backup[id], dsq_seq_lin_out(s, id), dsq_seq_lin_in(s, id), sc,
+                                       &s->o->awq.q, s->w[id]));
     }
     if (gr->direct) {
         int id = gr->ids[0];
@@ -241,6 +283,7 @@ static dsq_status apply_group(awq_group *gr, const float *sc)
     awq_st *a = gr->a;
     DSQ_TRY(dsq_seq_fold_scales(a->s, gr->g, sc, gr->cols));
     dsq_awq_div_cols(a->X[gr->g], a->all_tok, gr->cols, sc);
+    a->gsc[gr->g] = sc;
     return DSQ_OK;
 }
 
@@ -292,6 +335,13 @@ static dsq_status awq_alloc(awq_st *a, dsq_seq_layer *s, dsq_seq_runner *r)
         int64_t w = dsq_forward_tail_work(r->ctx, h, a->nt);
         work = w > work ? w : work;
     }
+    if (s->o->gguf) {
+        int64_t widest = 0;
+        for (int id = 0; id < s->d->n_linears; id++)
+            if (s->present[id] && dsq_seq_lin_in(s, id) > widest) widest = dsq_seq_lin_in(s, id);
+        if (!(a->imp = malloc((size_t)(widest ? widest : 1) * sizeof(float))))
+            return dsq_fail(DSQ_ERR_NOMEM, "awq layer %d: out of memory", s->l);
+    }
     a->yref = malloc(nt * (size_t)s->m->dim * sizeof(float));
     a->y = malloc(nt * (size_t)s->m->dim * sizeof(float));
     a->tx = malloc(nt * (size_t)txw * sizeof(float));
@@ -303,7 +353,8 @@ static dsq_status awq_alloc(awq_st *a, dsq_seq_layer *s, dsq_seq_runner *r)
 
 static void awq_free(awq_st *a)
 {
-    for (int g = 0; g < DSQ_BLOCK_MAX_GROUPS; g++) free(a->X[g]);
+    for (int g = 0; g < DSQ_BLOCK_MAX_GROUPS; g++) free(a->X[g]), free(a->xsq[g]);
+    free(a->imp);
     dsq_seq_moe_eval_free(&a->moe);
     free(a->yref);
     free(a->y);
@@ -324,9 +375,49 @@ static dsq_status clip_linear(awq_st *a, int id)
     return st;
 }
 
+/* GGUF blocks: mean x^2 per column of every captured input, before the
+ * scales divide it (the imatrix statistic of this calibration set). */
+static dsq_status gguf_xsq(awq_st *a)
+{
+    dsq_seq_layer *s = a->s;
+    for (int g = 0; g < s->d->n_groups; g++) {
+        int first = dsq_seq_group_first(s, g);
+        if (!a->X[g] || first < 0) continue;
+        const int64_t cols = dsq_seq_lin_in(s, first), n = a->all_tok;
+        double *acc = calloc((size_t)cols, sizeof *acc);
+        if (!acc || !(a->xsq[g] = malloc((size_t)cols * sizeof(float)))) {
+            free(acc);
+            return dsq_fail(DSQ_ERR_NOMEM, "awq layer %d: out of memory", s->l);
+        }
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t c = 0; c < cols; c++) acc[c] += (double)a->X[g][t * cols + c] * a->X[g][t * cols + c];
+        for (int64_t c = 0; c < cols; c++) a->xsq[g][c] = (float)(acc[c] / (double)(n ? n : 1));
+        free(acc);
+    }
+    return DSQ_OK;
+}
+
+/* GGUF blocks: every linear of the layer in its planned type, with the
+ * importance of its (scaled) columns. */
+static dsq_status gguf_write_layer(awq_st *a)
+{
+    dsq_seq_layer *s = a->s;
+    for (int id = 0; id < s->d->n_linears; id++) {
+        if (!s->present[id] || s->d->linears[id].router) continue;
+        dsq_type type;
+        const float *imp;
+        DSQ_TRY(gguf_importance(a, id, &type, &imp));
+        int g = s->d->linears[id].group;
+        imp = dsq_awq_scaled_importance(imp, g >= 0 ? a->gsc[g] : NULL, dsq_seq_lin_in(s, id), a->imp);
+        DSQ_TRY(dsq_seq_gguf_put(s, id, type, imp));
+    }
+    return DSQ_OK;
+}
+
 static dsq_status clip_and_quantize(awq_st *a)
 {
     dsq_seq_layer *s = a->s;
+    if (s->o->gguf) return gguf_write_layer(a);
     for (int id = 0; id < s->d->n_linears; id++) {
         if (!s->ok[id]) continue;
         if (s->o->awq.clip && !s->d->linears[id].scores) DSQ_TRY(clip_linear(a, id));
@@ -349,6 +440,7 @@ static dsq_status awq_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *hi
     double t0 = dsq_now_s();
     if (st == DSQ_OK) st = dsq_seq_run_pass(r, s->l, DSQ_SEQ_WHOLE_LAYER, hin, hout, r->n_samples, &h);
     DSQ_LOGD("awq layer %d: float pass with captures %.2f s", s->l, dsq_now_s() - t0);
+    if (st == DSQ_OK && s->o->gguf) st = gguf_xsq(&a);
     awq_group g[DSQ_BLOCK_MAX_GROUPS];
     float *sc[DSQ_BLOCK_MAX_GROUPS] = {NULL};
     int ng = st == DSQ_OK ? build_groups(&a, g) : 0;

@@ -1,4 +1,5 @@
-/* One linear of a GPTQ layer into GGUF blocks (seq_internal.h). */
+/* One linear of a GPTQ or AWQ layer into GGUF blocks (seq_internal.h). */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "calibration/method.h"
@@ -36,6 +37,54 @@ dsq_status dsq_seq_gguf_linear(dsq_seq_layer *s, int id, const dsq_hessian *H, d
         /* the later groups and layers see what the file will hold */
         st = dsq_dequantize(type, buf, s->w[id], rows, cols);
     }
+    if (st == DSQ_OK) st = g->put(g->user, s->l, id, type, buf, nbytes);
+    if (st == DSQ_OK) s->has_gguf[id] = true;
+    free(buf);
+    return st;
+}
+
+dsq_status dsq_seq_gguf_target(dsq_seq_layer *s, int id, dsq_type *type, const float **importance)
+{
+    const dsq_seq_gguf *g = s->o->gguf;
+    return g->target(g->user, s->l, id, type, importance);
+}
+
+bool dsq_seq_gguf_is_blocks(dsq_type type)
+{
+    const dsq_qtype *qt = dsq_qtype_get(type);
+    return qt && qt->quantize_row;
+}
+
+dsq_status dsq_seq_gguf_put(dsq_seq_layer *s, int id, dsq_type type, const float *imp)
+{
+    const dsq_seq_gguf *g = s->o->gguf;
+    char name[160];
+    dsq_seq_lin_name(s, id, name, sizeof name);
+    const int64_t rows = dsq_seq_lin_out(s, id), cols = dsq_seq_lin_in(s, id);
+    uint64_t row_bytes = 0;
+    DSQ_TRY(dsq_type_nbytes(type, (uint64_t)cols, &row_bytes));
+    const uint64_t nbytes = row_bytes * (uint64_t)rows;
+    uint8_t *buf = dsq_bigbuf_alloc((size_t)nbytes);
+    if (!buf) return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory for %llu bytes", name, (unsigned long long)nbytes);
+    /* rows in parallel (the type's quantizer is row by row); the first bad
+     * row by index is the one reported */
+    int64_t bad = rows;
+    dsq_status bad_st = DSQ_OK;
+    char msg[256] = "";
+#pragma omp parallel for schedule(dynamic, 16)
+    for (int64_t r = 0; r < rows; r++) {
+        dsq_status e = dsq_quantize(type, s->w[id] + r * cols, buf + (size_t)r * row_bytes, 1, cols, imp);
+        if (e != DSQ_OK) {
+#pragma omp critical(dsq_seq_gguf_put_error)
+            if (r < bad) {
+                bad = r, bad_st = e;
+                snprintf(msg, sizeof msg, "%s", dsq_errmsg());
+            }
+        }
+    }
+    dsq_status st = bad_st == DSQ_OK ? DSQ_OK : dsq_fail(bad_st, "%s: row %lld: %s", name, (long long)bad, msg);
+    /* the later layers' passes see what the file holds */
+    if (st == DSQ_OK && dsq_seq_gguf_is_blocks(type)) st = dsq_dequantize(type, buf, s->w[id], rows, cols);
     if (st == DSQ_OK) st = g->put(g->user, s->l, id, type, buf, nbytes);
     if (st == DSQ_OK) s->has_gguf[id] = true;
     free(buf);

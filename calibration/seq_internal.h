@@ -129,6 +129,14 @@ dsq_status dsq_seq_gptq_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *
 /* GPTQ of linear id into the GGUF blocks s->o->gguf names (calibration/seq_gguf.c):
  * bytes to its put, s->w[id] their dequantized values. */
 dsq_status dsq_seq_gguf_linear(dsq_seq_layer *s, int id, const dsq_hessian *H, struct dsq_seq_report *rep);
+/* AWQ into GGUF blocks (calibration/seq_gguf.c): linear id's planned type and
+ * importance (the imatrix entry, or NULL); whether a type is a block type
+ * (else the plan keeps the linear in a float type); s->w[id] written in its
+ * planned type with importance imp (any type: a folded float linear must
+ * reach the file too) and handed to put, then replaced by what the file holds. */
+dsq_status dsq_seq_gguf_target(dsq_seq_layer *s, int id, dsq_type *type, const float **importance);
+bool dsq_seq_gguf_is_blocks(dsq_type type);
+dsq_status dsq_seq_gguf_put(dsq_seq_layer *s, int id, dsq_type type, const float *imp);
 struct dsq_seq_expert;
 /* GPTQ of a routed expert: gate and up from its rows, down from the
  * activations of the quantized gate and up (x->q). */

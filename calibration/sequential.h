@@ -111,7 +111,7 @@ typedef struct dsq_seq_opts {
      * (layers not reached keep their value); may be NULL */
     long *layer_rss_kb;
     bool keep_fake_quant;
-    const dsq_seq_gguf *gguf; /* gptq only: GGUF blocks (NULL: INT groups) */
+    const dsq_seq_gguf *gguf; /* gptq and awq: GGUF blocks (NULL: INT groups) */
     dsq_seq_emit_fn emit; /* may be NULL */
     dsq_seq_emit_expert_fn emit_expert; /* may be NULL */
     void *user;

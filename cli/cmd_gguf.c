@@ -22,7 +22,7 @@ static const char g_usage[] =
     "usage: dsquant gguf IN -o OUT.gguf --type TYPE [--imatrix FILE] [--pure] [--leave-output]\n"
     "                    [--output-type T] [--token-embedding-type T] [--threads N] [--force]\n"
     "                    [--allow-requantize] [--json]\n"
-    "                    [--method gptq [--calib SRC] [--n-samples N] [--seqlen L] ...]\n"
+    "                    [--method gptq|awq [--calib SRC] [--n-samples N] [--seqlen L] ...]\n"
     "                    [--target-bpw B | --target-size SIZE | --max-kld K] [--candidates LIST]\n"
     "\n"
     "Quantizes a model to GGUF as llama-quantize does: the same per-tensor types, the\n"
@@ -50,12 +50,20 @@ static const char g_usage[] =
     "                             block's scales, GPTQ's feedback through the inverse\n"
     "                             Hessian rounds the codes (importance from --imatrix\n"
     "                             when given, else the Hessian's diagonal)\n"
+    "  --method awq               AWQ's per-channel scale search with each linear's\n"
+    "                             planned type as the quantizer, the scales folded into\n"
+    "                             the norms and the producing linears; each block then\n"
+    "                             quantized with the importance of its scaled columns\n"
+    "                             (--imatrix when given, else mean x^2 of the\n"
+    "                             calibration inputs)\n"
     "  --calib NAME|FILE          calibration text (default tinyshakespeare)\n"
     "  --n-samples N              calibration windows (default 128)\n"
     "  --seqlen L                 tokens per window (default 512)\n"
     "  --seed S                   window sampling seed (default 0)\n"
     "  --damp F                   dampening fraction of mean diag(H) (default 0.01)\n"
-    "  --act-order                blocks in decreasing Hessian-diagonal order\n"
+    "  --act-order                gptq: blocks in decreasing Hessian-diagonal order\n"
+    "  --loss-samples N           awq: windows the scale search's loss runs on\n"
+    "                             (default: all, as AutoAWQ)\n"
     "  --compute P                bf16, f32 or auto (default: bf16 with AVX512-BF16)\n"
     "\n"
     "budgets (each tensor's type chosen from the candidates by measured sensitivity):\n"
@@ -113,6 +121,7 @@ static bool takes_value(const char *a)
                                        "--seqlen",
                                        "--seed",
                                        "--damp",
+                                       "--loss-samples",
                                        "--compute",
                                        "--target-bpw",
                                        "--target-size",
@@ -158,6 +167,8 @@ static int parse_calib(const char *arg, const char *val, gguf_args *a)
         if ((n = dsq_cli_parse_int(arg, val, !strcmp(arg, "--seqlen") ? 2 : 1, 1 << 24)) < 0) return 2;
         if (!strcmp(arg, "--n-samples"))
             a->co.calib.n_samples = (int)n;
+        else if (!strcmp(arg, "--loss-samples"))
+            a->co.loss_samples = (int)n;
         else
             a->co.calib.seqlen = (int)n;
     }
@@ -288,11 +299,15 @@ static int parse_args(int argc, char **argv, gguf_args *a)
     if (!a->out) return usage_error("%s", "missing -o OUTPUT");
     if (!a->type) return usage_error("missing --type (valid: %s)", dsq_ftype_names());
     if (a->method && !dsq_method_find(a->method))
-        return usage_error("--method %s: unknown (gptq writes GGUF blocks)", a->method);
+        return usage_error("--method %s: unknown (gptq and awq write GGUF blocks)", a->method);
+    if (a->method && strcmp(a->method, "gptq") && (a->co.damp != 0.01 || a->co.act_order))
+        return usage_error("--damp and --act-order are gptq's options, not %s's", a->method);
+    if (a->method && strcmp(a->method, "awq") && a->co.loss_samples)
+        return usage_error("--loss-samples is awq's option, not %s's", a->method);
     bool calib_only = a->co.calib.n_samples != 128 || a->co.calib.seqlen != 512 || a->co.calib.seed != 0 ||
-                      a->co.damp != 0.01 || a->co.act_order || a->compute != -1;
+                      a->co.damp != 0.01 || a->co.act_order || a->compute != -1 || a->co.loss_samples;
     if (!a->method && (a->budget < 0 ? a->calib_opts : calib_only))
-        return usage_error("%s", "calibration options need --method gptq");
+        return usage_error("%s", "calibration options need --method gptq or awq");
     if (a->budget < 0 && (a->bo.candidates || a->bo.chunks || a->bo.ctx))
         return usage_error("%s", "--candidates, --budget-chunks and --budget-ctx need a budget (--target-bpw, "
                                  "--target-size or --max-kld)");
@@ -406,7 +421,7 @@ static int print_result(const gguf_args *a, const written *w, cJSON *budget)
     const dsq_gguf_quantize_report *r = w->r;
     double bpw = r->n_elements ? (double)r->bytes_out * 8.0 / (double)r->n_elements : 0.0;
     if (w->calibrated)
-        printf("%s: %d of %d quantized tensors by GPTQ into their planned types (%d x %d calibration tokens, %.1f s, "
+        printf("%s: %d of %d quantized tensors calibrated into their planned types (%d x %d calibration tokens, %.1f s, "
                "peak RSS %ld MiB); %.2f bits per weight\nwrote %s\n",
                a->method, r->n_provided, r->n_quantized, w->c.calib.n_samples, w->c.calib.seqlen, w->c.seq.seconds,
                w->c.seq.peak_rss_kb / 1024, bpw, a->out);

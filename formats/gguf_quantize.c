@@ -652,10 +652,10 @@ static dsq_status emit_tensor(qrun *r, size_t i, dsq_gguf_writer *w, dsq_gguf_qu
 {
     const dsq_mix_tensor *t = &r->src.mt[i];
     const dsq_mix_choice *c = &r->choice[i];
-    if (!c->quantize && r->src.g) return copy_gguf_tensor(r, i, w);
     const float *imatrix = NULL;
     if (c->quantize && r->im) DSQ_TRY(dsq_imatrix_for_tensor(r->im, t->name, t->ne[0], t->ne[2], &imatrix));
-    if (c->quantize && r->opt->provider) {
+    /* asked first for every tensor: AWQ's folded norms keep their type */
+    if (r->opt->provider) {
         const void *bytes = NULL;
         DSQ_TRY(r->opt->provider->get(r->opt->provider->user, t->name, c->type, rt->bytes_out, &bytes));
         if (bytes) {
@@ -664,6 +664,7 @@ static dsq_status emit_tensor(qrun *r, size_t i, dsq_gguf_writer *w, dsq_gguf_qu
             return write_now(r, w, bytes, rt->bytes_out);
         }
     }
+    if (!c->quantize && r->src.g) return copy_gguf_tensor(r, i, w);
     if (c->quantize) DSQ_TRY(check_low_bit(r, t->name, c->type, imatrix));
     rt->imatrix = imatrix != NULL;
     const float *x = NULL;
@@ -732,7 +733,7 @@ static dsq_status emit_all(qrun *r, dsq_gguf_writer *w)
         rep->n_copied += !rt->quantized;
         rep->n_fallback += rt->fallback;
         rep->n_imatrix += rt->imatrix;
-        rep->n_provided += rt->provided;
+        rep->n_provided += rt->provided && rt->quantized; /* not AWQ's norms */
         log_tensor(k + 1, r->src.n, &r->src.mt[i], rt);
     }
     return DSQ_OK;

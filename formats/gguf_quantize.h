@@ -38,10 +38,11 @@
 #include "formats/imatrix.h"
 #include "quantizers/mixes.h"
 
-/* Bytes made elsewhere for tensors the plan quantizes (GPTQ into blocks,
- * calibration/gguf_calib.h): get sets *bytes to the finished tensor (the
- * planned type, nbytes long, valid until the next call) or NULL to have the
- * tensor quantized here as usual. */
+/* Bytes made elsewhere for tensors of the plan (GPTQ or AWQ into blocks,
+ * and AWQ's folded norms; calibration/gguf_calib.h), asked for every tensor:
+ * get sets *bytes to the finished tensor (the planned type, nbytes long,
+ * valid until the next call) or NULL to have the tensor quantized (or
+ * copied) here as usual. */
 typedef struct dsq_gguf_provider {
     dsq_status (*get)(void *user, const char *name, dsq_type type, uint64_t nbytes, const void **bytes);
     void *user;

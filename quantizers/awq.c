@@ -5,6 +5,7 @@
 #include <float.h>
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,7 @@
 #include "kernels/gemm.h"      /* d G in the quadratic-form loss */
 #include "kernels/gemm_bf16.h" /* the same in BF16 passes */
 #include "quantizers/intq_search.h"
+#include "quantizers/qtypes.h"
 
 dsq_awq_opts dsq_awq_default_opts(void)
 {
@@ -144,6 +146,56 @@ dsq_status dsq_awq_fake_quant(const float *w, int64_t rows, int64_t cols, const 
     if (failed == 2)
         return dsq_fail(DSQ_ERR_NUMERIC, "awq: non-finite weight in a %lld x %lld linear", (long long)rows,
                         (long long)cols);
+    return DSQ_OK;
+}
+
+const float *dsq_awq_scaled_importance(const float *imp, const float *s, int64_t cols, float *dst)
+{
+    if (!imp) return NULL;
+    for (int64_t c = 0; c < cols; c++) dst[c] = s ? imp[c] / (s[c] * s[c]) : imp[c];
+    return dst;
+}
+
+dsq_status dsq_awq_fake_quant_blocks(const float *w, int64_t rows, int64_t cols, const float *s, dsq_type type,
+                                     const float *imp, float *out)
+{
+    uint64_t row_bytes = 0;
+    DSQ_TRY(dsq_type_nbytes(type, (uint64_t)cols, &row_bytes));
+    float *qw = imp ? malloc((size_t)cols * sizeof *qw) : NULL;
+    if (imp && !qw) return dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
+    const float *wimp = dsq_awq_scaled_importance(imp, s, cols, qw);
+    int failed = 0;
+    char msg[256] = "";
+#pragma omp parallel
+    {
+        float *buf = malloc((size_t)cols * sizeof *buf);
+        uint8_t *q = malloc((size_t)row_bytes);
+        if (!buf || !q) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            if (!buf || !q) continue;
+            const float *src = w + r * cols;
+            for (int64_t c = 0; c < cols; c++) buf[c] = s ? src[c] * s[c] : src[c];
+            if (dsq_quantize(type, buf, q, 1, cols, wimp) != DSQ_OK ||
+                dsq_dequantize(type, q, buf, 1, cols) != DSQ_OK) {
+#pragma omp critical(dsq_awq_blocks_error)
+                if (!failed) {
+                    failed = 2;
+                    snprintf(msg, sizeof msg, "row %lld: %s", (long long)r, dsq_errmsg());
+                }
+                continue;
+            }
+            for (int64_t c = 0; c < cols; c++) out[r * cols + c] = s ? buf[c] / s[c] : buf[c];
+        }
+        free(buf);
+        free(q);
+    }
+    free(qw);
+    if (failed == 1) return dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
+    if (failed == 2) return dsq_fail(DSQ_ERR_NUMERIC, "awq into %s blocks: %s", dsq_type_name(type), msg);
     return DSQ_OK;
 }
 

@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/dtype.h"
 #include "core/status.h"
 #include "quantizers/intq.h"
 
@@ -62,6 +63,16 @@ void dsq_awq_ratio_scales(const float *x_mean, const float *w_mean, int64_t cols
 /* out = Q(w diag(s)) diag(s)^-1 (s NULL: plain Q(w)); out may equal w. */
 dsq_status dsq_awq_fake_quant(const float *w, int64_t rows, int64_t cols, const float *s, const dsq_intq_params *p,
                               float *out);
+
+/* The same with a GGUF block type's own quantizer in place of INT groups
+ * (`dsquant gguf --method awq`): each row of w diag(s) is quantized to type
+ * with importance imp[c] / s[c]^2 (the importance of the scaled columns,
+ * whose inputs are x / s; imp NULL: the type's own weighting), then
+ * dequantized and divided by s. out may equal w. */
+dsq_status dsq_awq_fake_quant_blocks(const float *w, int64_t rows, int64_t cols, const float *s, dsq_type type,
+                                     const float *imp, float *out);
+/* imp[c] / s[c]^2 into dst (s NULL: imp copied); NULL when imp is. */
+const float *dsq_awq_scaled_importance(const float *imp, const float *s, int64_t cols, float *dst);
 
 /* The loss of a group that is one linear, without the tokens: with G =
  * x^T x / n_tok [cols x cols] (symmetric), the mean over tokens and rows of

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "quantizers/awq.h"
+#include "quantizers/qtypes.h"
 #include "tests/helpers/testutil.h"
 
 #define ROWS 48
@@ -292,12 +293,47 @@ static void test_quad_loss(void **state)
     free(x), free(w), free(wq), free(G);
 }
 
+/* The GGUF-block fake quantization: with no scales it is the type's own
+ * quantize-dequantize with the given importance; with scales s it is that of
+ * w diag(s) under importance imp / s^2, divided back by s, row by row. */
+static void test_fake_quant_blocks(void **state)
+{
+    (void)state;
+    enum { R = 7, C = 512 };
+    uint64_t seed = 31;
+    float *w = randv(R * C, 0.05f, &seed), *imp = randv(C, 1.0f, &seed), *s = randv(C, 0.3f, &seed);
+    float *out = malloc(R * C * sizeof *out), *want = malloc(R * C * sizeof *want), *row = malloc(C * sizeof *row);
+    float *ws = malloc(C * sizeof *ws);
+    uint8_t q[C * 2];
+    for (int c = 0; c < C; c++) imp[c] = imp[c] * imp[c] + 0.01f, s[c] = expf(s[c]);
+    const dsq_type types[] = {DSQ_TYPE_Q4_K, DSQ_TYPE_Q5_0, DSQ_TYPE_IQ4_NL, DSQ_TYPE_Q6_K};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (int scaled = 0; scaled < 2; scaled++) {
+            assert_int_equal(dsq_awq_fake_quant_blocks(w, R, C, scaled ? s : NULL, types[t], imp, out), DSQ_OK);
+            for (int c = 0; c < C; c++) ws[c] = scaled ? imp[c] / (s[c] * s[c]) : imp[c];
+            for (int r = 0; r < R; r++) {
+                for (int c = 0; c < C; c++) row[c] = scaled ? w[r * C + c] * s[c] : w[r * C + c];
+                assert_int_equal(dsq_quantize(types[t], row, q, 1, C, ws), DSQ_OK);
+                assert_int_equal(dsq_dequantize(types[t], q, row, 1, C), DSQ_OK);
+                for (int c = 0; c < C; c++) want[r * C + c] = scaled ? row[c] / s[c] : row[c];
+            }
+            assert_memory_equal(out, want, R * C * sizeof *out);
+        }
+    /* a NaN weight: one line naming the type and row */
+    w[3 * C + 9] = NAN;
+    assert_int_equal(dsq_awq_fake_quant_blocks(w, R, C, s, DSQ_TYPE_Q4_K, imp, out), DSQ_ERR_NUMERIC);
+    assert_non_null(strstr(dsq_errmsg(), "q4_K"));
+    assert_non_null(strstr(dsq_errmsg(), "row 3"));
+    free(w), free(imp), free(s), free(out), free(want), free(row), free(ws);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_uniform_gives_one), cmocka_unit_test(test_stats),
         cmocka_unit_test(test_search_salient),    cmocka_unit_test(test_folding_identity),
         cmocka_unit_test(test_clip),              cmocka_unit_test(test_quad_loss),
+        cmocka_unit_test(test_fake_quant_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,4 +1,4 @@
-/* `dsquant gguf --method gptq` (calibration/gguf_calib.h) on the default
+/* `dsquant gguf --method gptq|awq` (calibration/gguf_calib.h) on the default
  * model (SmolLM2-135M Q4_1 taken to F32; skipped when it is not cached).
  *
  * - the file has the plain Q4_K_M file's layout exactly: the same KVs, tensor
@@ -11,10 +11,16 @@
  *   GPTQ from the folder and from the GGUF hold nearly the same values.
  * - the CLI (which made the file, with --act-order): --json names the method,
  *   the windows and the calibrated tensors; too few calibration
- *   tokens for the widest input, --method awq, calibration options without
- *   --method, an unknown method, a float --type (nothing for GPTQ to write),
- *   an existing output without --force: one
- *   error line, a non-zero exit, nothing written. */
+ *   tokens for the widest input, one method's options with the other,
+ *   calibration options without --method, an unknown method, a float --type
+ *   (nothing for GPTQ to write), an existing output without --force: one
+ *   error line, a non-zero exit, nothing written.
+ * - awq (two layers by the library): the plain file's layout and size; the
+ *   norms of the two layers changed (the scales folded in) and every linear
+ *   of theirs rewritten, while each product W[r, c] * norm[c] stays the F32
+ *   model's within quantization noise (the scales went into both sides);
+ *   everything past layer 1 byte-identical to plain. The whole model by the
+ *   CLI: KLD on the calibration domain below the plain file's. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -287,9 +293,17 @@ static void test_cli(void **state)
              DSQ_BINARY, f->f32, f->dir, f->calib);
     assert_int_equal(dsq_test_run(cmd, err, sizeof err), 1);
     assert_non_null(strstr(err, "fewer than the widest linear input (1536)"));
-    snprintf(cmd, sizeof cmd, "'%s' gguf '%s' -o '%s/x.gguf' --type Q4_K_M --method awq", DSQ_BINARY, f->f32, f->dir);
+    snprintf(cmd, sizeof cmd, "'%s' gguf '%s' -o '%s/x.gguf' --type Q4_K_M --method awq --act-order", DSQ_BINARY,
+             f->f32, f->dir);
+    assert_int_equal(dsq_test_run(cmd, err, sizeof err), 2);
+    assert_non_null(strstr(err, "gptq's options, not awq's"));
+    snprintf(cmd, sizeof cmd, "'%s' gguf '%s' -o '%s/x.gguf' --type Q4_K_M --method gptq --loss-samples 2",
+             DSQ_BINARY, f->f32, f->dir);
+    assert_int_equal(dsq_test_run(cmd, err, sizeof err), 2);
+    assert_non_null(strstr(err, "awq's option, not gptq's"));
+    snprintf(cmd, sizeof cmd, "'%s' gguf '%s' -o '%s/x.gguf' --type Q4_K_M --method rtn", DSQ_BINARY, f->f32, f->dir);
     assert_int_equal(dsq_test_run(cmd, err, sizeof err), 1);
-    assert_non_null(strstr(err, "only gptq"));
+    assert_non_null(strstr(err, "only gptq and awq"));
     snprintf(cmd, sizeof cmd, "'%s' gguf '%s' -o '%s/x.gguf' --type Q4_K_M --n-samples 8", DSQ_BINARY, f->f32, f->dir);
     assert_int_equal(dsq_test_run(cmd, err, sizeof err), 2);
     assert_non_null(strstr(err, "need --method"));
@@ -299,11 +313,105 @@ static void test_cli(void **state)
     snprintf(cmd, sizeof cmd, "'%s' gguf '%s' -o '%s/x.gguf' --type F16 --method gptq --calib '%s'", DSQ_BINARY, f->f32,
              f->dir, f->calib);
     assert_int_equal(dsq_test_run(cmd, err, sizeof err), 1);
-    assert_non_null(strstr(err, "planned as f16, not a block type GPTQ writes"));
+    assert_non_null(strstr(err, "planned as f16, not a block type GPTQ or AWQ writes"));
     snprintf(cmd, sizeof cmd, "'%s' gguf '%s' -o '%s' --type Q4_K_M --method gptq", DSQ_BINARY, f->f32, out);
     assert_int_equal(dsq_test_run(cmd, err, sizeof err), 1);
     assert_non_null(strstr(err, "--force"));
     assert_int_equal(dsq_test_count_entries(f->dir), before); /* nothing written, no scratch file left */
+}
+
+/* max over c of |a[c] / b[c] - 1| */
+static double max_ratio_change(const float *a, const float *b, int64_t n)
+{
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] / b[i] - 1.0));
+    return m;
+}
+
+/* ||W1 diag(n1) - W2 diag(n2)|| / ||W2 diag(n2)|| for [rows x cols] W. */
+static double product_error(const float *w1, const float *n1, const float *w2, const float *n2, int64_t rows,
+                            int64_t cols)
+{
+    double d2 = 0, r2 = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            double p1 = (double)w1[r * cols + c] * n1[c], p2 = (double)w2[r * cols + c] * n2[c];
+            d2 += (p1 - p2) * (p1 - p2), r2 += p2 * p2;
+        }
+    return sqrt(d2 / r2);
+}
+
+static void test_awq_layers(void **state)
+{
+    fixture *f = *state;
+    if (!f) DSQ_TEST_SKIP();
+    char awq[4200];
+    snprintf(awq, sizeof awq, "%s/awq2.gguf", f->dir);
+    dsq_gguf_calib_opts co = {
+        .method = &dsq_method_awq, .calib = {f->calib, 3, 512, 0}, .max_layers = 2, .loss_samples = 1};
+    dsq_gguf_quantize_options o = dsq_gguf_quantize_defaults(DSQ_FTYPE_Q4_K_M);
+    dsq_gguf_calib_report rep;
+    if (dsq_gguf_calib_quantize(f->f32, awq, &o, &co, &rep) != DSQ_OK) fail_msg("awq: %s", dsq_errmsg());
+    assert_int_equal(rep.gguf->n_provided, 14);
+    assert_int_equal(rep.seq.n_quantized, 14);
+    dsq_gguf_calib_report_free(&rep);
+
+    dsq_gguf *a = NULL, *b = NULL;
+    assert_int_equal(dsq_gguf_open(f->plain, &a), DSQ_OK);
+    assert_int_equal(dsq_gguf_open(awq, &b), DSQ_OK);
+    assert_int_equal(a->map.size, b->map.size);
+    assert_memory_equal(a->map.data, b->map.data, a->data_offset);
+    for (uint64_t i = 0; i < a->n_tensors; i++) {
+        const char *name = a->tensors[i].name;
+        dsq_tensor ta = tensor_of(a, name), tb = tensor_of(b, name);
+        bool same = ta.nbytes == tb.nbytes && !memcmp(ta.data, tb.data, ta.nbytes);
+        bool touched = !strncmp(name, "blk.", 4) && atoi(name + 4) < 2;
+        if (!touched && !same) fail_msg("%s: past the two AWQ layers, yet it differs from the plain file", name);
+        if (touched && same) fail_msg("%s: in an AWQ layer, yet identical to the plain file", name);
+    }
+    dsq_gguf_close(a);
+    dsq_gguf_close(b);
+
+    /* (not ffn_up: its rows also took the down_proj group's 1 / s) */
+    static const char *const pairs[][2] = {{"attn_norm", "attn_q"}, {"attn_norm", "attn_v"}, {"ffn_norm", "ffn_gate"}};
+    for (int l = 0; l < 2; l++)
+        for (int k = 0; k < 3; k++) {
+            char nn[64], wn[64];
+            snprintf(nn, sizeof nn, "blk.%d.%s.weight", l, pairs[k][0]);
+            snprintf(wn, sizeof wn, "blk.%d.%s.weight", l, pairs[k][1]);
+            int64_t n1, n2, m1, m2;
+            float *na = values_of(awq, nn, &n1), *nf = values_of(f->f32, nn, &n2);
+            float *wa = values_of(awq, wn, &m1), *wf = values_of(f->f32, wn, &m2);
+            assert_int_equal(n1, n2);
+            assert_int_equal(m1, m2);
+            double moved = max_ratio_change(na, nf, n1), err = product_error(wa, na, wf, nf, m1 / n1, n1);
+            double unscaled = product_error(wf, na, wf, nf, m1 / n1, n1);
+            print_message("%s: norm moved up to %.2f; W diag(norm) %.4f from F32's (%.2f without the columns' "
+                          "scales)\n", wn, moved, err, unscaled);
+            if (!(moved > 0.05)) fail_msg("%s: the norm did not take AWQ's scales (%.4f)", nn, moved);
+            if (!(err < 0.1)) fail_msg("%s: W diag(norm) is %.4f from F32's: the scales are not in both", wn, err);
+            if (!(unscaled > 2 * err)) fail_msg("%s: the scales changed nothing that matters (%.4f)", wn, unscaled);
+            free(na), free(nf), free(wa), free(wf);
+        }
+}
+
+/* The whole model by the CLI; its KLD in the calibration domain below plain. */
+static void test_awq_quality(void **state)
+{
+    fixture *f = *state;
+    if (!f) DSQ_TEST_SKIP();
+    if (UNDER_SANITIZER) DSQ_TEST_SKIP_ENV("the whole model under the sanitizer build: test_awq_layers covers two");
+    char cmd[16384], err[8192], awq[4200];
+    snprintf(awq, sizeof awq, "%s/awq.gguf", f->dir);
+    snprintf(cmd, sizeof cmd,
+             "'%s' -q gguf '%s' -o '%s' --type Q4_K_M --method awq --calib '%s' --n-samples 4 --seqlen 512 "
+             "--loss-samples 1",
+             DSQ_BINARY, f->f32, awq, f->calib);
+    if (dsq_test_run(cmd, err, sizeof err)) fail_msg("awq: %s", err);
+    double plain = kld_of(f, f->plain), q = kld_of(f, awq);
+    print_message("KLD on tinyshakespeare (4 x 512): plain Q4_K_M %.5f, awq %.5f (%.2fx)\n", plain, q, q / plain);
+    if (!(q < 0.9 * plain)) fail_msg("awq KLD %g is not clearly below plain %g", q, plain);
+    unlink(awq);
 }
 
 int main(void)
@@ -313,6 +421,8 @@ int main(void)
         cmocka_unit_test(test_quality_in_domain),
         cmocka_unit_test(test_cli),
         cmocka_unit_test(test_hf_input_rows),
+        cmocka_unit_test(test_awq_layers),
+        cmocka_unit_test(test_awq_quality),
     };
     return DSQ_TEST_RUN_GROUP(tests, setup, teardown);
 }
