@@ -6,7 +6,7 @@
  *   base log-probs   kld MODEL --data D --save-logits DIR/base.logp
  *   importance       imatrix MODEL --data CALIB -o DIR/imatrix.dat (unless --imatrix;
  *                    only when a method needs it)
- *   per type, per method (plain, imatrix, gptq, budget):
+ *   per type, per method (plain, imatrix, gptq, awq, budget):
  *                    gguf MODEL -o DIR/TYPE-METHOD.gguf --type TYPE ...; budget
  *                    takes the size of the same type's imatrix (else plain) file
  *   per file         kld --logits DIR/base.logp FILE, and the per-layer weight
@@ -52,17 +52,17 @@ static const char g_usage[] =
     "options:\n"
     "  -o, --output DIR       where the files, logs and sweep.json go (created)\n"
     "  --types LIST           llama-quantize types (default Q4_K_M,Q3_K_M,Q2_K,IQ4_XS)\n"
-    "  --methods LIST         plain, imatrix, gptq, budget (default plain,imatrix,gptq);\n"
+    "  --methods LIST         plain, imatrix, gptq, awq, budget (default plain,imatrix,gptq);\n"
     "                         budget matches the size of the same type's imatrix (or\n"
     "                         plain) file and needs one of them\n"
     "  --data NAME|FILE       evaluation text (default wikitext2)\n"
     "  --chunks K             evaluation chunks (default 20)\n"
     "  --ctx N                tokens per evaluation chunk (default 512)\n"
-    "  --calib NAME|FILE      calibration text for imatrix, gptq, budget (default tinyshakespeare)\n"
+    "  --calib NAME|FILE      calibration text for imatrix, gptq, awq, budget (default tinyshakespeare)\n"
     "  --imatrix FILE         use this importance matrix instead of making one\n"
     "  --imatrix-chunks K     chunks of 512 for the importance matrix (default 32)\n"
-    "  --n-samples N          gptq calibration windows (default 32)\n"
-    "  --seqlen L             gptq window length (default 512)\n"
+    "  --n-samples N          gptq and awq calibration windows (default 32)\n"
+    "  --seqlen L             gptq and awq window length (default 512)\n"
     "  --candidates LIST      budget candidate types (dsquant gguf --help)\n"
     "  --budget-chunks N      budget sensitivity chunks (default 8)\n"
     "  --budget-ctx L         budget chunk length (default 256)\n"
@@ -173,10 +173,10 @@ static int parse_args(int argc, char **argv, sweep_args *a)
         dsq_ftype ft;
         if (dsq_ftype_from_name(a->type_v[i], &ft) != DSQ_OK) return usage_error("--types: ", dsq_errmsg());
     }
-    static const char *const known[] = {"plain", "imatrix", "gptq", "budget"};
+    static const char *const known[] = {"plain", "imatrix", "gptq", "awq", "budget"};
     for (int i = 0; i < a->n_methods; i++) {
         bool ok = false;
-        for (size_t k = 0; k < 4; k++) ok |= !strcmp(a->method_v[i], known[k]);
+        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) ok |= !strcmp(a->method_v[i], known[k]);
         if (!ok) return usage_error("--methods: unknown method ", a->method_v[i]);
     }
     if (has_method(a, "budget") && !has_method(a, "plain") && !has_method(a, "imatrix"))
@@ -378,8 +378,8 @@ static void quantize_args(sweep *w, step *s, const char *type, const char *metho
     arg(s, "-q"), arg(s, "gguf"), arg(s, a->model), arg(s, "-o"), arg(s, out), arg(s, "--type"), arg(s, type);
     arg(s, "--force"), arg(s, "--json");
     if (strcmp(method, "plain")) arg(s, "--imatrix"), arg(s, w->imatrix);
-    if (!strcmp(method, "gptq")) {
-        arg(s, "--method"), arg(s, "gptq"), arg(s, "--calib"), arg(s, a->calib);
+    if (!strcmp(method, "gptq") || !strcmp(method, "awq")) {
+        arg(s, "--method"), arg(s, method), arg(s, "--calib"), arg(s, a->calib);
         arg(s, "--n-samples"), argf(s, "%d", a->n_samples), arg(s, "--seqlen"), argf(s, "%d", a->seqlen);
     }
     if (!strcmp(method, "budget")) {
@@ -519,12 +519,13 @@ static dsq_status run_sweep(sweep *w)
     sweep_args *a = w->a;
     header(w);
     DSQ_TRY(base_logits(w));
-    if (has_method(a, "imatrix") || has_method(a, "gptq") || has_method(a, "budget")) DSQ_TRY(make_imatrix(w));
+    if (has_method(a, "imatrix") || has_method(a, "gptq") || has_method(a, "awq") || has_method(a, "budget"))
+        DSQ_TRY(make_imatrix(w));
     /* budget last within each type: it needs the size of the others */
-    static const char *const order[] = {"plain", "imatrix", "gptq", "budget"};
+    static const char *const order[] = {"plain", "imatrix", "gptq", "awq", "budget"};
     int n = a->n_types * a->n_methods, k = 0;
     for (int t = 0; t < a->n_types; t++)
-        for (size_t m = 0; m < 4; m++)
+        for (size_t m = 0; m < sizeof order / sizeof order[0]; m++)
             if (has_method(a, order[m])) DSQ_TRY(one(w, a->type_v[t], order[m], ++k, n));
     mark_pareto(w->results);
     return DSQ_OK;

@@ -3,9 +3,10 @@
 Models, all made from the same weights: the default model (SmolLM2-135M Q4_1)
 taken to F32 with `dsquant gguf --type F32 --allow-requantize`, and Q8_0 and
 Q4_K_M quantized from that F32 file with `dsquant gguf`, and Q4_K_M by GPTQ
-into the same blocks (`dsquant gguf --method gptq`, 4 x 512 tokens of
-tinyshakespeare): llama.cpp must load it and agree with us on it as on the
-plain file (compared with --llamacpp-act only, the same arithmetic).
+and by AWQ into the same blocks (`dsquant gguf --method gptq|awq`, 4 x 512
+tokens of tinyshakespeare; AWQ's norms carry its scales): llama.cpp must load
+them and agree with us on them as on the plain file (compared with
+--llamacpp-act only, the same arithmetic).
 
 Text: WikiText-2 test (wiki.test.raw), the first K = 10 chunks of 512 tokens
 (DSQ_PPL_CHUNKS overrides K). With activations rounded to 8 bits, a change in
@@ -157,6 +158,7 @@ def ours_runs(jobs, k, results, env):
 
 
 GPTQ = "Q4_K_M gptq"
+AWQ = "Q4_K_M awq"
 
 
 def calib_text():
@@ -185,16 +187,20 @@ def main():
         models[GPTQ] = os.path.join(work, "Q4_K_M-gptq.gguf")
         dsquant("gguf", models["F32"], "-o", models[GPTQ], "--type", "Q4_K_M", "--method", "gptq", "--calib",
                 calib_text(), "--n-samples", "4", "--seqlen", "512")
+        models[AWQ] = os.path.join(work, "Q4_K_M-awq.gguf")
+        dsquant("gguf", models["F32"], "-o", models[AWQ], "--type", "Q4_K_M", "--method", "awq", "--calib",
+                calib_text(), "--n-samples", "4", "--seqlen", "512", "--loss-samples", "1")
         print(f"models made in {time.time() - t_start:.1f} s")
         ids, add_bos, bos = compare_tokens(models["F32"], wiki, k, problems)
 
         jobs = [("F32", models["F32"], False), ("Q8_0", models["Q8_0"], True), ("Q4_K_M", models["Q4_K_M"], True),
-                (GPTQ, models[GPTQ], True), ("Q8_0", models["Q8_0"], False), ("Q4_K_M", models["Q4_K_M"], False)]
+                (GPTQ, models[GPTQ], True), (AWQ, models[AWQ], True), ("Q8_0", models["Q8_0"], False),
+                ("Q4_K_M", models["Q4_K_M"], False)]
         ours = {}
         bg = threading.Thread(target=ours_runs, args=(jobs, k, ours, env))
         bg.start()
         theirs = {}
-        for name in ("F32", "Q8_0", "Q4_K_M", GPTQ):
+        for name in ("F32", "Q8_0", "Q4_K_M", GPTQ, AWQ):
             t0 = time.time()
             theirs[name] = llama_ppl(models[name], ids, k, add_bos, bos)
             print(f"llama.cpp {name}: PPL {theirs[name][0]:.4f} +/- {theirs[name][1]:.4f} ({time.time() - t0:.1f} s)")
@@ -206,11 +212,11 @@ def main():
         print(f"\n{k} chunks of {CTX} (llama-perplexity protocol), {k * (CTX - 1 - CTX // 2)} tokens scored")
         print("| model | llama.cpp | ours --llamacpp-act | diff | ours default | diff |")
         print("|---|---:|---:|---:|---:|---:|")
-        for name in ("F32", "Q8_0", "Q4_K_M", GPTQ):
+        for name in ("F32", "Q8_0", "Q4_K_M", GPTQ, AWQ):
             ref = theirs[name][0]
             lla = ours.get((name, True))
             d_lla = lla[0] / ref - 1 if lla else None
-            if (name, False) not in ours:  # the GPTQ file: the same arithmetic as llama.cpp's only
+            if (name, False) not in ours:  # the calibrated files: the same arithmetic as llama.cpp's only
                 print(f"| {name} | {ref:.4f} | {lla[0]:.4f} | {100 * d_lla:+.3f}% | - | - |")
                 if abs(d_lla) > TOL_GPTQ:
                     problems.append(f"{name} --llamacpp-act: ours {lla[0]:.4f} vs llama.cpp {ref:.4f} "
