@@ -10,6 +10,21 @@
 #include "quantizers/gptq_blocks.h"
 #include "quantizers/qtypes.h"
 
+/* Linear id's name, and a buffer for its bytes in type (row_bytes each row). */
+static dsq_status out_buffer(dsq_seq_layer *s, int id, dsq_type type, char *name, size_t cap, uint64_t *row_bytes,
+                             uint64_t *nbytes, uint8_t **buf)
+{
+    dsq_seq_lin_name(s, id, name, cap);
+    *row_bytes = 0;
+    DSQ_TRY(dsq_type_nbytes(type, (uint64_t)dsq_seq_lin_in(s, id), row_bytes));
+    *nbytes = *row_bytes * (uint64_t)dsq_seq_lin_out(s, id);
+    *buf = dsq_bigbuf_alloc((size_t)*nbytes);
+    if (!*buf)
+        return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory for %llu bytes of %s", name, (unsigned long long)*nbytes,
+                        dsq_type_name(type));
+    return DSQ_OK;
+}
+
 dsq_status dsq_seq_gguf_linear(dsq_seq_layer *s, int id, const dsq_hessian *H, dsq_seq_report *rep)
 {
     const dsq_seq_gguf *g = s->o->gguf;
@@ -19,14 +34,10 @@ dsq_status dsq_seq_gguf_linear(dsq_seq_layer *s, int id, const dsq_hessian *H, d
     const dsq_qtype *qt = dsq_qtype_get(type);
     if (!qt || !qt->quantize_row) return DSQ_OK; /* the plan keeps it in float */
     char name[160];
-    dsq_seq_lin_name(s, id, name, sizeof name);
     const int64_t rows = dsq_seq_lin_out(s, id), cols = dsq_seq_lin_in(s, id);
-    uint64_t row_bytes = 0;
-    DSQ_TRY(dsq_type_nbytes(type, (uint64_t)cols, &row_bytes));
-    const uint64_t nbytes = row_bytes * (uint64_t)rows;
-    void *buf = dsq_bigbuf_alloc((size_t)nbytes);
-    if (!buf)
-        return dsq_fail(DSQ_ERR_NOMEM, "gptq: %s: out of memory for %llu bytes", name, (unsigned long long)nbytes);
+    uint64_t row_bytes, nbytes;
+    uint8_t *buf;
+    DSQ_TRY(out_buffer(s, id, type, name, sizeof name, &row_bytes, &nbytes, &buf));
     dsq_gptq_blocks_opts o = {
         .type = type, .percdamp = s->o->damp, .act_order = s->o->act_order, .importance = imp, .name = name};
     dsq_gptq_report gr;
@@ -59,13 +70,10 @@ dsq_status dsq_seq_gguf_put(dsq_seq_layer *s, int id, dsq_type type, const float
 {
     const dsq_seq_gguf *g = s->o->gguf;
     char name[160];
-    dsq_seq_lin_name(s, id, name, sizeof name);
     const int64_t rows = dsq_seq_lin_out(s, id), cols = dsq_seq_lin_in(s, id);
-    uint64_t row_bytes = 0;
-    DSQ_TRY(dsq_type_nbytes(type, (uint64_t)cols, &row_bytes));
-    const uint64_t nbytes = row_bytes * (uint64_t)rows;
-    uint8_t *buf = dsq_bigbuf_alloc((size_t)nbytes);
-    if (!buf) return dsq_fail(DSQ_ERR_NOMEM, "%s: out of memory for %llu bytes", name, (unsigned long long)nbytes);
+    uint64_t row_bytes, nbytes;
+    uint8_t *buf;
+    DSQ_TRY(out_buffer(s, id, type, name, sizeof name, &row_bytes, &nbytes, &buf));
     /* rows in parallel (the type's quantizer is row by row); the first bad
      * row by index is the one reported */
     int64_t bad = rows;
