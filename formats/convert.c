@@ -977,6 +977,7 @@ static dsq_status hf_to_gguf_run(dsq_hf_source *src, const char *out_path, bool 
         const plan_item *it = &p->items[i];
         DSQ_TRY(dsq_gguf_add_tensor(w, it->name, it->type, it->n_dims, it->shape));
     }
+    dsq_gguf_writer_set_direct(w, true); /* a checkpoint's worth of bytes: no page-cache copy */
     DSQ_TRY(dsq_gguf_writer_begin(w, out_path, overwrite));
     streamer s;
     DSQ_TRY(streamer_init(&s, a, true, sink_gguf, w));
