@@ -257,6 +257,24 @@ KQ_TARGET static void kv_signed_max(int n, const kv_f *xv, kv_f *max_out, kv_m *
     *tiny_out = kv_lt(amax, kv_set1(KQ_GROUP_MAX_EPS));
 }
 
+/* make_qx's choice of one candidate scale, in the scalar order: taken where
+ * its sums beat the best so far (and the lane is not all-zero). */
+KQ_TARGET static inline void kv_qx_take(int n, int nmax, const kv_f *xv, kv_f iscale, kv_f sumlx, kv_f suml2, kv_m tiny,
+                                        kv_i *Lv, kv_f *scale, kv_f *best)
+{
+    const kv_f zero = kv_zero();
+    kv_m upd = km_and(kv_gt(suml2, zero), kv_gt(kv_mul(sumlx, sumlx), kv_mul(*best, suml2)));
+    upd = km_andnot(tiny, upd);
+    if (!km_any(upd)) return;
+    for (int i = 0; i < n; i++) {
+        kv_i cand = ki_clamp(kv_nearest(kv_mul(iscale, xv[i])), -nmax, nmax - 1);
+        Lv[i] = ki_sel(Lv[i], ki_add(cand, ki_set1(nmax)), upd);
+    }
+    kv_f ns = kv_div(sumlx, suml2);
+    *scale = kv_sel(*scale, ns, upd);
+    *best = kv_sel(*best, kv_mul(ns, sumlx), upd);
+}
+
 /* kq_make_qx on KQ_W sub-blocks; wv NULL means weights x^2. Lv receives l + nmax. */
 KQ_TARGET static void kv_make_qx(int n, int nmax, const kv_f *xv, const kv_f *wv, kv_i *Lv, kv_f *scale_out)
 {
@@ -288,26 +306,25 @@ KQ_TARGET static void kv_make_qx(int n, int nmax, const kv_f *xv, const kv_f *wv
      * lanes are garbage either way and dropped. Two operations fewer per
      * value in the loop the time goes to. */
     const kv_f lo = kv_set1((float)-nmax), hi = kv_set1((float)(nmax - 1)), magic = kv_set1(12582912.f);
-    for (int is = -9; is <= 9; is++) {
-        if (is == 0) continue;
-        float c = -((float)nmax + 0.1f * (float)is);
-        iscale = kv_div(kv_set1(c), max);
-        sumlx = suml2 = zero;
+    /* The 18 candidate scales' sums do not depend on each other (only the
+     * choice among them is sequential), so two are summed per pass over the
+     * values: four accumulation chains in flight instead of two. */
+    static const int steps[18] = {-9, -8, -7, -6, -5, -4, -3, -2, -1, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    for (int k = 0; k < 18; k += 2) {
+        const int ia = steps[k], ib = steps[k + 1];
+        const kv_f isa = kv_div(kv_set1(-((float)nmax + 0.1f * (float)ia)), max);
+        const kv_f isb = kv_div(kv_set1(-((float)nmax + 0.1f * (float)ib)), max);
+        kv_f lxa = zero, l2a = zero, lxb = zero, l2b = zero;
         for (int i = 0; i < n; i++) {
-            kv_f lf = kv_sub(kv_add(kv_min(kv_max(kv_mul(iscale, xv[i]), lo), hi), magic), magic);
-            sumlx = kv_add(sumlx, kv_mul(wx[i], lf));
-            suml2 = kv_add(suml2, kv_mul(kv_mul(w[i], lf), lf));
+            kv_f la = kv_sub(kv_add(kv_min(kv_max(kv_mul(isa, xv[i]), lo), hi), magic), magic);
+            kv_f lb = kv_sub(kv_add(kv_min(kv_max(kv_mul(isb, xv[i]), lo), hi), magic), magic);
+            lxa = kv_add(lxa, kv_mul(wx[i], la));
+            l2a = kv_add(l2a, kv_mul(kv_mul(w[i], la), la));
+            lxb = kv_add(lxb, kv_mul(wx[i], lb));
+            l2b = kv_add(l2b, kv_mul(kv_mul(w[i], lb), lb));
         }
-        kv_m upd = km_and(kv_gt(suml2, zero), kv_gt(kv_mul(sumlx, sumlx), kv_mul(best, suml2)));
-        upd = km_andnot(tiny, upd);
-        if (!km_any(upd)) continue;
-        for (int i = 0; i < n; i++) {
-            kv_i cand = ki_clamp(kv_nearest(kv_mul(iscale, xv[i])), -nmax, nmax - 1);
-            Lv[i] = ki_sel(Lv[i], ki_add(cand, vnmax), upd);
-        }
-        kv_f ns = kv_div(sumlx, suml2);
-        scale = kv_sel(scale, ns, upd);
-        best = kv_sel(best, kv_mul(ns, sumlx), upd);
+        kv_qx_take(n, nmax, xv, isa, lxa, l2a, tiny, Lv, &scale, &best);
+        kv_qx_take(n, nmax, xv, isb, lxb, l2b, tiny, Lv, &scale, &best);
     }
     for (int i = 0; i < n; i++) Lv[i] = ki_zero_if(tiny, Lv[i]);
     *scale_out = kv_zero_if(tiny, scale);
