@@ -228,6 +228,7 @@ static dsq_status calibrate(gcalib *g, const char *in, const dsq_gguf_calib_opts
          * width); the block quantizers choose their own ranges, so no clip */
         o.q.group_size = 32;
         o.q.sym = false;
+        o.skip_indivisible = true; /* such a linear keeps its float plan: written, not searched */
         o.awq.clip = false;
         o.awq_loss_samples = co->loss_samples;
         o.emit = put_norms;
