@@ -115,7 +115,7 @@ static dsq_status put(void *user, int layer, int id, dsq_type type, const void *
     gcalib *g = user;
     char name[160];
     linear_name(g, layer, id, name, sizeof name);
-    int64_t i;
+    int64_t i = -1;
     DSQ_TRY(planned(g, name, type, nbytes, &i));
     const dsq_gguf_quantize_tensor *t = &g->plan->tensors[i];
     const dsq_permute_kind perm = g->m->block->linears[id].perm;
@@ -149,7 +149,6 @@ static dsq_status put_norms(void *user, const dsq_seq_layer_out *l)
                             (unsigned long long)((uint64_t)t->ne[0] * (uint64_t)t->ne[1]), (long long)n);
         DSQ_TRY(grow_buf(g, t->bytes_out));
         DSQ_TRY(dsq_quantize(t->type_out, l->norm[k], g->buf, 1, n, NULL));
-        DSQ_TRY(planned(g, name, t->type_out, t->bytes_out, &i));
         DSQ_TRY(spill(g, i, t->type_out, g->buf, t->bytes_out));
     }
     return DSQ_OK;

@@ -530,14 +530,17 @@ static dsq_status run_job(const qjobs *q, int64_t j)
     /* Each expert of a 3-D tensor has its own importance slice (llama.cpp's i03 loop). */
     const float *qw = q->imatrix ? q->imatrix + (m % q->ne2) * q->ne0 : NULL;
     const float *x = q->src + row * q->ne0;
-    /* The tensor's finiteness scan, done here on the rows about to be
-     * quantized: they come from memory once and stay in cache for the
-     * quantizer, where a pass of its own over the tensor read them twice. */
-    const int64_t bad = dsq_find_nonfinite(x, nr * q->ne0);
+    /* The tensor's finiteness check is dsq_quantize's own scan of the job's
+     * rows, just before it quantizes them (they come from memory once; a
+     * pass of its own over the tensor read them twice). Its position counts
+     * from the job's first row: on that failure alone it is found again and
+     * named from the tensor's. */
+    dsq_status st = dsq_quantize(q->type, x, q->dst + (size_t)row * q->row_bytes, nr, q->ne0, qw);
+    const int64_t bad = st == DSQ_ERR_NUMERIC ? dsq_find_nonfinite(x, nr * q->ne0) : -1;
     if (bad >= 0)
         return dsq_fail(DSQ_ERR_NUMERIC, "row %lld, column %lld: value is %s (weights must be finite)",
                         (long long)(row + bad / q->ne0), (long long)(bad % q->ne0), isnan(x[bad]) ? "NaN" : "Inf");
-    return dsq_quantize(q->type, x, q->dst + (size_t)row * q->row_bytes, nr, q->ne0, qw);
+    return st;
 }
 
 /* Rows split in jobs that never straddle two matrices; each job writes its
