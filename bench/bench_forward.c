@@ -10,8 +10,13 @@
  * buffers; then each test runs --reps times and the best run counts.
  * Prints one JSON object: tokens per second of each test and its runs.
  *
- * usage: bench_forward MODEL [--threads T] [--pp N] [--tg N] [--reps R]
+ * Products as `dsquant generate` and `serve` run them (dsq_ctx_set_int8_act:
+ * the Q8_0-paired block types in int8 at every batch size); --f32-act keeps
+ * F32 activations in batches (the default of ppl and kld).
+ *
+ * usage: bench_forward MODEL [--threads T] [--pp N] [--tg N] [--reps R] [--f32-act]
  * bench/bench_runtime.py drives it next to llama.cpp (docs/benchmarks.md). */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +31,7 @@
 typedef struct opts {
     const char *model;
     int threads, pp, tg, reps;
+    bool f32_act;
 } opts;
 
 static void die(const char *what)
@@ -47,7 +53,7 @@ static int parse_int(const char *opt, const char *v, int lo, int hi)
 
 static opts parse(int argc, char **argv)
 {
-    opts o = {NULL, 1, 512, 64, 3};
+    opts o = {NULL, 1, 512, 64, 3, false};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--threads"))
@@ -58,15 +64,17 @@ static opts parse(int argc, char **argv)
             o.tg = parse_int(a, v, 0, 1 << 16), i++;
         else if (!strcmp(a, "--reps"))
             o.reps = parse_int(a, v, 1, MAX_REPS), i++;
+        else if (!strcmp(a, "--f32-act"))
+            o.f32_act = true;
         else if (a[0] != '-' && !o.model)
             o.model = a;
         else {
-            fprintf(stderr, "usage: bench_forward MODEL [--threads T] [--pp N] [--tg N] [--reps R]\n");
+            fprintf(stderr, "usage: bench_forward MODEL [--threads T] [--pp N] [--tg N] [--reps R] [--f32-act]\n");
             exit(2);
         }
     }
     if (!o.model) {
-        fprintf(stderr, "usage: bench_forward MODEL [--threads T] [--pp N] [--tg N] [--reps R]\n");
+        fprintf(stderr, "usage: bench_forward MODEL [--threads T] [--pp N] [--tg N] [--reps R] [--f32-act]\n");
         exit(2);
     }
     return o;
@@ -105,6 +113,7 @@ int main(int argc, char **argv)
     dsq_ctx *c = NULL;
     if (dsq_model_open(o.model, &m) != DSQ_OK) die(o.model);
     if (dsq_ctx_new(m, n_ctx, o.threads, &c) != DSQ_OK) die("context");
+    dsq_ctx_set_int8_act(c, !o.f32_act);
     int32_t *toks = malloc((size_t)n_ctx * sizeof *toks);
     float *logits = malloc((size_t)m->vocab * sizeof *logits);
     if (!toks || !logits) {

@@ -36,7 +36,8 @@ static const char g_usage[] =
     "  --system TEXT         with --chat: a system message first\n"
     "  --f32-act             keep activations in F32 in every product, as transformers does\n"
     "                        (default: the decode path rounds them to the weight type's\n"
-    "                        dot-product type, as llama.cpp does); much slower\n"
+    "                        dot-product type, as llama.cpp does, and so does the prompt's\n"
+    "                        batch for Q8_0, Q4_0, Q5_0 and IQ4_NL weights); much slower\n"
     "  --ctx N               context size (default: prompt + N, at most the model's)\n"
     "  --threads T           CPU threads (default: all)\n"
     "  -h, --help            this text\n";
@@ -187,6 +188,7 @@ static dsq_status run(gen_args *a)
     if (s == DSQ_OK && dsq_tokenizer_eos(tok) >= 0) stop[n_stop++] = dsq_tokenizer_eos(tok);
     if (s == DSQ_OK) s = prompt_tokens(a, m, tok, &ids, stop, &n_stop);
     if (s == DSQ_OK) s = dsq_ctx_new(m, context_size(a, m, ids.n), a->threads, &c);
+    if (s == DSQ_OK) dsq_ctx_set_int8_act(c, !a->f32_act); /* the prompt as llama.cpp computes it, in int8 */
     if (s == DSQ_OK) s = dsq_sampler_new(&a->sp, m->vocab, &smp);
     if (s == DSQ_OK && a->sp.temp > 0 && !a->seed_given)
         fprintf(stderr, "dsquant: seed %llu\n", (unsigned long long)a->sp.seed);

@@ -40,6 +40,10 @@ static const char g_usage[] =
     "                        slower clients are cut off\n"
     "  --grace S             seconds in-flight requests get after SIGTERM (default 30)\n"
     "  --threads T           CPU threads for the forward pass (default: all)\n"
+    "  --int8-act            prompts over Q8_0, Q4_0, Q5_0 and IQ4_NL weights in int8 on\n"
+    "                        activations rounded to Q8_0, as llama.cpp and the decode steps\n"
+    "                        compute them: faster prefill; scores then differ from\n"
+    "                        `dsquant ppl` in the last digits (default: F32 activations)\n"
     "  -h, --help            this text\n";
 
 typedef struct serve_args {
@@ -54,6 +58,10 @@ static int parse_opt(int argc, char **argv, int *i, void *user)
     const char *opt = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
     if (!strcmp(opt, "--strict-model")) {
         a->o.strict_model = true;
+        return 0;
+    }
+    if (!strcmp(opt, "--int8-act")) {
+        a->o.int8_act = true;
         return 0;
     }
     ++*i;

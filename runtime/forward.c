@@ -27,6 +27,11 @@ void dsq_ctx_set_llamacpp_act(dsq_ctx *c, bool llamacpp)
     c->ex.mode = llamacpp ? DSQ_MATMUL_LLAMACPP : DSQ_MATMUL_DEFAULT;
 }
 
+void dsq_ctx_set_int8_act(dsq_ctx *c, bool int8act)
+{
+    c->ex.mode = int8act ? DSQ_MATMUL_INT8ACT : DSQ_MATMUL_DEFAULT;
+}
+
 void dsq_ctx_set_bf16(dsq_ctx *c, bool bf16) { c->ex.mode = bf16 ? DSQ_MATMUL_BF16 : DSQ_MATMUL_DEFAULT; }
 
 bool dsq_ctx_bf16(const dsq_ctx *c) { return c->ex.mode == DSQ_MATMUL_BF16; }

@@ -51,6 +51,13 @@ int dsq_ctx_n_ctx(const dsq_ctx *c);
  * prefill too. Default false: batched products keep F32 activations (more
  * accurate; transformers' arithmetic), and only decode (<= 7 tokens) rounds. */
 void dsq_ctx_set_llamacpp_act(dsq_ctx *c, bool llamacpp);
+/* int8act = true: as the default, except that the block types paired with
+ * Q8_0 activations (Q8_0, Q4_0, Q5_0, IQ4_NL) keep the decode path's rounding
+ * in batches too and multiply in int8 (dsq_linear_forward_int8act): prefill
+ * and decode then compute those types alike, as llama.cpp does, at the int8
+ * kernel's speed. generate, serve and bench_forward run this way; ppl, kld
+ * and calibration keep the default unless asked. */
+void dsq_ctx_set_int8_act(dsq_ctx *c, bool int8act);
 /* bf16 = true: batched products round activations and weights to BF16 and
  * accumulate in F32 (dsq_linear_forward_bf16), the arithmetic of a BF16 model
  * in torch; calibration passes use it for speed. Attention's two products

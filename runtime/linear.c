@@ -10,6 +10,8 @@
 #include "kernels/gemm_bf16.h"
 #include "kernels/vec.h"
 #include "quantizers/qtypes.h"
+#include "kernels/gemm_q8.h"
+#include "runtime/cpu/qgemm_i8.h"
 #include "runtime/cpu/qgemv.h"
 
 const char *dsq_linear_kind_name(dsq_linear_kind k)
@@ -351,7 +353,23 @@ void dsq_linear_bf16_unpack(dsq_linear *W)
     W->bf16_packed = NULL;
 }
 
-typedef enum path { PATH_GEMM, PATH_BF16, PATH_GEMV } path;
+typedef enum path { PATH_GEMM, PATH_BF16, PATH_GEMV, PATH_INT8 } path;
+
+/* Whether W multiplies Q8_0-rounded activations (the decode path's and
+ * llama.cpp's arithmetic for its type) on path p at all, and whether the
+ * block-scaled int8 GEMM can do it: a batch, and a CPU with its kernel. */
+static bool q8_paired(const dsq_linear *W, path p)
+{
+    return (p == PATH_GEMV || p == PATH_INT8) && W->kind == DSQ_LINEAR_GGML && !W->vt->forward &&
+           dsq_qgemm_i8_type(W->type);
+}
+
+static dsq_status forward_int8(const dsq_linear *W, const float *x, float *y, int n_tok)
+{
+    DSQ_TRY(dsq_qgemm_i8(W->type, W->data, W->row_bytes, W->out, W->in, x, y, n_tok));
+    add_bias(W, y, n_tok);
+    return DSQ_OK;
+}
 
 /* Every public product: the storage's own forward when it has one, else the
  * generic path on the input as the storage rounds it (vt->input_f32). */
@@ -370,7 +388,13 @@ static dsq_status forward_on(const dsq_linear *W, const float *x, float *y, int 
         }
         x = xq;
     }
-    dsq_status s = p == PATH_GEMV ? forward_rows(W, x, y, n_tok) : forward_tiled(W, x, y, n_tok, p == PATH_BF16);
+    dsq_status s;
+    if (q8_paired(W, p) && n_tok > DSQ_LINEAR_GEMV_MAX_TOKENS && dsq_gemm_q8_simd())
+        s = forward_int8(W, x, y, n_tok);
+    else if (p == PATH_GEMV || q8_paired(W, p)) /* the same arithmetic, token groups at a time */
+        s = forward_rows(W, x, y, n_tok);
+    else
+        s = forward_tiled(W, x, y, n_tok, p == PATH_BF16);
     free(xq);
     return s;
 }
@@ -388,6 +412,12 @@ dsq_status dsq_linear_forward_bf16(const dsq_linear *W, const float *x, float *y
 dsq_status dsq_linear_forward_gemv(const dsq_linear *W, const float *x, float *y, int n_tok)
 {
     return forward_on(W, x, y, n_tok, PATH_GEMV);
+}
+
+dsq_status dsq_linear_forward_int8act(const dsq_linear *W, const float *x, float *y, int n_tok)
+{
+    if (n_tok <= DSQ_LINEAR_GEMV_MAX_TOKENS) return dsq_linear_forward_gemv(W, x, y, n_tok);
+    return forward_on(W, x, y, n_tok, PATH_INT8);
 }
 
 dsq_status dsq_linear_forward(const dsq_linear *W, const float *x, float *y, int n_tok)

@@ -13,7 +13,10 @@
  *  - decode (few tokens): each token's activation is prepared once (for GGUF
  *    block types quantized to the type's vec_dot_type, as llama.cpp does) and
  *    dotted with every row; OpenMP over rows. The two paths therefore differ
- *    by the activation rounding of the vec_dot types. */
+ *    by the activation rounding of the vec_dot types.
+ *  - int8 batches (dsq_linear_forward_int8act, and the decode path's own
+ *    batches): the Q8_0-paired block types keep the decode path's rounding
+ *    and multiply in int8 (runtime/cpu/qgemm_i8.h). */
 #ifndef DSQ_RUNTIME_LINEAR_H
 #define DSQ_RUNTIME_LINEAR_H
 
@@ -93,9 +96,17 @@ void dsq_linear_release(dsq_linear *W);
 
 /* y[n_tok x out] = x[n_tok x in] W^T + b, choosing the path by n_tok. */
 dsq_status dsq_linear_forward(const dsq_linear *W, const float *x, float *y, int n_tok);
-/* The two paths, for tests and benchmarks. */
+/* The two paths, for tests and benchmarks. The decode path at any n_tok
+ * (llama.cpp's activation rounding): batches of the block types that pair
+ * with Q8_0 activations (Q8_0, Q4_0, Q5_0, IQ4_NL) run the block-scaled int8
+ * GEMM (runtime/cpu/qgemm_i8.h) where the CPU has it, the same arithmetic. */
 dsq_status dsq_linear_forward_gemm(const dsq_linear *W, const float *x, float *y, int n_tok);
 dsq_status dsq_linear_forward_gemv(const dsq_linear *W, const float *x, float *y, int n_tok);
+/* dsq_linear_forward, except that batches of the Q8_0-paired block types take
+ * the decode path's arithmetic too (Q8_0-rounded activations, the int8 GEMM
+ * where the CPU has it): llama.cpp's results for those types at prefill
+ * speed. Every other storage as dsq_linear_forward. */
+dsq_status dsq_linear_forward_int8act(const dsq_linear *W, const float *x, float *y, int n_tok);
 /* The batched path with x and W rounded to BF16 and F32 accumulation
  * (kernels/gemm_bf16.h): calibration passes, as torch runs a BF16 model. */
 dsq_status dsq_linear_forward_bf16(const dsq_linear *W, const float *x, float *y, int n_tok);

@@ -569,6 +569,7 @@ dsq_status dsq_srv_new(const dsq_model *m, const dsq_srv_opts *o, dsq_srv **out)
                        ? DSQ_OK
                        : dsq_fail(DSQ_ERR_NOMEM, "serve: out of memory for batches of %zu rows", rows);
     if (s == DSQ_OK) s = dsq_ctx_new_seqs(m, &dsq_backend_cpu, o->n_ctx, o->n_slots, o->threads, &e->ctx);
+    if (s == DSQ_OK) dsq_ctx_set_int8_act(e->ctx, o->int8_act);
     e->counts.kv_total = (int64_t)o->n_slots * o->n_ctx;
     if (s == DSQ_OK) warm_unwinder();
     if (s == DSQ_OK && pthread_create(&e->th, NULL, engine_main, e) != 0)

@@ -64,6 +64,9 @@ typedef struct dsq_srv_opts {
     int max_queue; /* waiting requests beyond the slots; more are refused */
     int chunk;     /* prompt rows per step */
     int threads;
+    /* prompt batches of the Q8_0-paired block types in int8 on rounded
+     * activations (dsq_ctx_set_int8_act); off, scores equal `dsquant ppl`'s */
+    bool int8_act;
 } dsq_srv_opts;
 
 /* Counters and gauges for /metrics (serve/metrics.h), read under the engine's lock. */

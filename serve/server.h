@@ -28,6 +28,7 @@ typedef struct dsq_serve_opts {
     const char *api_key;       /* NULL: no key */
     const char *chat_template; /* "auto" or a family name */
     bool strict_model;         /* refuse requests naming another model */
+    bool int8_act;             /* dsq_srv_opts.int8_act */
     size_t max_body;           /* bytes */
     double request_timeout;    /* seconds to deliver a whole request (0: the default, 30) */
 } dsq_serve_opts;

@@ -23,6 +23,8 @@
 #include "quantizers/kquants_ref.h"
 #include "quantizers/qtypes.h"
 #include "quantizers/quants_ref.h"
+#include "kernels/gemm_q8.h"
+#include "runtime/cpu/qgemm_i8.h"
 #include "runtime/cpu/qgemv.h"
 #include "runtime/linear.h"
 #include "tests/helpers/testutil.h"
@@ -188,6 +190,18 @@ static void test_linear_decode_path(void **state)
  * activations and outputs, and through a linear's decode path for token
  * counts that leave a single token, a partial group, or whole groups (each
  * token's product against the same product computed alone). */
+/* The largest difference between two rows of n outputs, relative to the
+ * largest |b|: a summation-order bound. */
+static double row_diff(const float *a, const float *b, int64_t n)
+{
+    double d = 0, m = 1e-30;
+    for (int64_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - (double)b[i]));
+        m = fmax(m, fabs((double)b[i]));
+    }
+    return d / m;
+}
+
 static void test_multi_token_bits(void **state)
 {
     (void)state;
@@ -228,9 +242,12 @@ static void test_multi_token_bits(void **state)
         const int counts[] = {2, 5, 8, 9};
         for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
             assert_int_equal(dsq_linear_forward_gemv(&W, x, y, counts[c]), DSQ_OK);
+            /* batches of the Q8_0-paired types take the int8 GEMM: the same
+             * sums, added in another order (test_int8_batches) */
+            bool int8 = counts[c] > DSQ_LINEAR_GEMV_MAX_TOKENS && dsq_qgemm_i8_type(t) && dsq_gemm_q8_simd();
             for (int j = 0; j < counts[c]; j++) {
                 assert_int_equal(dsq_linear_forward_gemv(&W, x + j * in, y1, 1), DSQ_OK);
-                if (memcmp(y + j * out, y1, sizeof y1))
+                if (int8 ? row_diff(y + j * out, y1, out) > 1e-5 : memcmp(y + j * out, y1, sizeof y1) != 0)
                     fail_msg("%s: %d tokens: token %d differs from its product alone", dsq_type_name(t), counts[c], j);
             }
         }
@@ -244,6 +261,66 @@ static void test_multi_token_bits(void **state)
     free(wf), free(x);
 }
 
+/* dsq_linear_forward_int8act: batches of the Q8_0-paired types give each
+ * token's decode-path product (the int8 GEMM where the CPU has it: within a
+ * summation-order bound; with the scalar ISA forced: the decode path itself,
+ * bit for bit), across the kernel's token blocks (300 tokens) and a row
+ * count off its 32-row panels, with a bias; they differ from the F32-activation
+ * batch; every other type is the F32-activation batch exactly. */
+static void test_int8_batches(void **state)
+{
+    (void)state;
+    const dsq_type types[] = {DSQ_TYPE_Q8_0, DSQ_TYPE_Q4_0, DSQ_TYPE_Q5_0, DSQ_TYPE_IQ4_NL, DSQ_TYPE_Q4_K};
+    const int64_t out = 70, in = 768;
+    enum { NTOK = 300 };
+    float *wf = xmalloc((size_t)out * in * sizeof *wf), *x = xmalloc((size_t)NTOK * in * sizeof *x);
+    float *y = xmalloc((size_t)NTOK * out * sizeof *y), *yg = xmalloc((size_t)NTOK * out * sizeof *yg), bias[70];
+    for (int64_t i = 0; i < out * in; i++) wf[i] = 0.05f * dsq_test_randn(&g_seed) * (i % 97 == 0 ? 12.0f : 1.0f);
+    for (int64_t i = 0; i < NTOK * in; i++) x[i] = dsq_test_randn(&g_seed) * (i % 53 == 0 ? 20.0f : 1.0f);
+    for (int r = 0; r < out; r++) bias[r] = 0.1f * (float)(r % 7) - 0.3f;
+    if (!dsq_gemm_q8_simd()) fprintf(stderr, "SKIP: int8 GEMM kernel: this CPU has no AVX512 F/BW/VNNI (the scalar ISA case still runs)\n");
+    for (int isa = 0; isa < 2; isa++) {
+        dsq_cpu_set_isa(isa ? DSQ_CPU_ISA_SCALAR : DSQ_CPU_ISA_AUTO);
+        for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+            const dsq_type t = types[k];
+            void *wq = xmalloc(nbytes(t, out * in));
+            assert_int_equal(dsq_quantize(t, wf, wq, out, in, NULL), DSQ_OK);
+            dsq_linear W;
+            assert_int_equal(dsq_linear_init(&W, t, wq, out, in), DSQ_OK);
+            assert_int_equal(dsq_linear_set_bias(&W, DSQ_TYPE_F32, bias, out), DSQ_OK);
+            const int counts[] = {8, 13, NTOK};
+            for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+                const int n = counts[c];
+                assert_int_equal(dsq_linear_forward_int8act(&W, x, y, n), DSQ_OK);
+                assert_int_equal(dsq_linear_forward_gemm(&W, x, yg, n), DSQ_OK);
+                if (!dsq_qgemm_i8_type(t)) {
+                    if (memcmp(y, yg, (size_t)n * out * sizeof *y))
+                        fail_msg("%s: int8act differs from the F32 batch for a type it does not cover", dsq_type_name(t));
+                    continue;
+                }
+                double d_f32 = 0;
+                for (int j = 0; j < n; j++) {
+                    float y1[70];
+                    assert_int_equal(dsq_linear_forward_gemv(&W, x + (int64_t)j * in, y1, 1), DSQ_OK);
+                    double d = row_diff(y + (int64_t)j * out, y1, out);
+                    if (isa ? d != 0 : d > 1e-5)
+                        fail_msg("%s%s: %d tokens: token %d is %g from its decode product", dsq_type_name(t),
+                                 isa ? " (scalar ISA)" : "", n, j, d);
+                    d_f32 = fmax(d_f32, row_diff(y + (int64_t)j * out, yg + (int64_t)j * out, out));
+                }
+                if (!(d_f32 > 1e-4)) /* the activations really were rounded */
+                    fail_msg("%s: %d tokens: int8act equals the F32 batch (%g)", dsq_type_name(t), n, d_f32);
+            }
+            dsq_linear_release(&W);
+            free(wq);
+        }
+    }
+    dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+    assert_false(dsq_qgemm_i8_type(DSQ_TYPE_Q4_1)); /* Q8_1 activations */
+    assert_false(dsq_qgemm_i8_type(DSQ_TYPE_Q6_K));
+    free(wf), free(x), free(y), free(yg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -251,6 +328,7 @@ int main(void)
         cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_linear_decode_path),
         cmocka_unit_test(test_multi_token_bits),
+        cmocka_unit_test(test_int8_batches),
     };
     return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }

@@ -72,7 +72,7 @@ static void test_batched_equals_alone(void **state)
     (void)state;
     dsq_model *m = open_model();
     if (!m) DSQ_TEST_SKIP();
-    dsq_srv_opts o = {2, 64, 4, 64, 2};
+    dsq_srv_opts o = {2, 64, 4, 64, 2, false};
     dsq_srv *e;
     expect_ok(dsq_srv_new(m, &o, &e));
     dsq_srv_params p = greedy(8);
@@ -112,7 +112,7 @@ static void test_stop_echo_and_logprobs(void **state)
     (void)state;
     dsq_model *m = open_model();
     if (!m) DSQ_TEST_SKIP();
-    dsq_srv_opts o = {2, 64, 4, 2, 2}; /* prompt chunks of 2: the echo spans steps */
+    dsq_srv_opts o = {2, 64, 4, 2, 2, false}; /* prompt chunks of 2: the echo spans steps */
     dsq_srv *e;
     expect_ok(dsq_srv_new(m, &o, &e));
     dsq_srv_params p = greedy(6);
@@ -165,7 +165,7 @@ static void test_refusals_queue_and_cancel(void **state)
     (void)state;
     dsq_model *m = open_model();
     if (!m) DSQ_TEST_SKIP();
-    dsq_srv_opts o = {1, 16, 1, 16, 2};
+    dsq_srv_opts o = {1, 16, 1, 16, 2, false};
     dsq_srv *e;
     expect_ok(dsq_srv_new(m, &o, &e));
     dsq_srv_params p = greedy(12);
@@ -211,7 +211,7 @@ static void test_release_early_and_shutdown(void **state)
     (void)state;
     dsq_model *m = open_model();
     if (!m) DSQ_TEST_SKIP();
-    dsq_srv_opts o = {2, 64, 8, 64, 2};
+    dsq_srv_opts o = {2, 64, 8, 64, 2, false};
     dsq_srv *e;
     expect_ok(dsq_srv_new(m, &o, &e));
     dsq_srv_params p = greedy(40);

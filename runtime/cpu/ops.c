@@ -67,5 +67,6 @@ dsq_status dsq_cpu_matmul(const dsq_linear *W, const float *x, float *y, int n_t
 {
     if (mode == DSQ_MATMUL_LLAMACPP) return dsq_linear_forward_gemv(W, x, y, n_tok);
     if (mode == DSQ_MATMUL_BF16 && n_tok > DSQ_LINEAR_GEMV_MAX_TOKENS) return dsq_linear_forward_bf16(W, x, y, n_tok);
+    if (mode == DSQ_MATMUL_INT8ACT) return dsq_linear_forward_int8act(W, x, y, n_tok);
     return dsq_linear_forward(W, x, y, n_tok);
 }

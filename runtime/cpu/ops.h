@@ -95,6 +95,8 @@ typedef enum dsq_matmul_mode {
     DSQ_MATMUL_DEFAULT = 0, /* F32 GEMM for batches, the decode path for <= 7 tokens */
     DSQ_MATMUL_LLAMACPP,    /* the decode path (activations rounded to the vec_dot type) at any n_tok */
     DSQ_MATMUL_BF16,        /* batches in BF16 with F32 accumulation (dsq_linear_forward_bf16) */
+    DSQ_MATMUL_INT8ACT,     /* DEFAULT, but Q8_0-paired block types keep the decode path's
+                               rounding in batches (dsq_linear_forward_int8act) */
 } dsq_matmul_mode;
 
 /* y = x W^T + b (runtime/linear.h), as mode says. */
