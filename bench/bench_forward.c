@@ -114,6 +114,7 @@ int main(int argc, char **argv)
     if (dsq_model_open(o.model, &m) != DSQ_OK) die(o.model);
     if (dsq_ctx_new(m, n_ctx, o.threads, &c) != DSQ_OK) die("context");
     dsq_ctx_set_int8_act(c, !o.f32_act);
+    if (!o.f32_act && dsq_model_pack_int8(m) != DSQ_OK) die("pack");
     int32_t *toks = malloc((size_t)n_ctx * sizeof *toks);
     float *logits = malloc((size_t)m->vocab * sizeof *logits);
     if (!toks || !logits) {

@@ -189,6 +189,7 @@ static dsq_status run(gen_args *a)
     if (s == DSQ_OK) s = prompt_tokens(a, m, tok, &ids, stop, &n_stop);
     if (s == DSQ_OK) s = dsq_ctx_new(m, context_size(a, m, ids.n), a->threads, &c);
     if (s == DSQ_OK) dsq_ctx_set_int8_act(c, !a->f32_act); /* the prompt as llama.cpp computes it, in int8 */
+    if (s == DSQ_OK && !a->f32_act) s = dsq_model_pack_int8(m);
     if (s == DSQ_OK) s = dsq_sampler_new(&a->sp, m->vocab, &smp);
     if (s == DSQ_OK && a->sp.temp > 0 && !a->seed_given)
         fprintf(stderr, "dsquant: seed %llu\n", (unsigned long long)a->sp.seed);

@@ -185,6 +185,7 @@ void dsq_linear_release(dsq_linear *W)
     if (!W) return;
     if (W->vt && W->vt->release) W->vt->release(W);
     free(W->bf16_packed);
+    free(W->q8_packed);
     free(W->owned);
     free(W->owned_bias);
     memset(W, 0, sizeof *W);
@@ -347,6 +348,24 @@ dsq_status dsq_linear_bf16_pack(dsq_linear *W)
     return DSQ_OK;
 }
 
+dsq_status dsq_linear_q8_pack(dsq_linear *W)
+{
+    if (W->q8_packed || W->kind != DSQ_LINEAR_GGML || W->type != DSQ_TYPE_Q8_0 || W->vt->forward ||
+        !dsq_gemm_q8_simd())
+        return DSQ_OK;
+    void *P = aligned_alloc(64, (dsq_qgemm_i8_packed_bytes(W->out, W->in) + 63) & ~(size_t)63);
+    if (!P)
+        return dsq_fail(DSQ_ERR_NOMEM, "linear %lld x %lld: out of memory for its int8 copy", (long long)W->out,
+                        (long long)W->in);
+    dsq_status s = dsq_qgemm_i8_pack(W->type, W->data, W->row_bytes, W->out, W->in, P);
+    if (s != DSQ_OK) {
+        free(P);
+        return s;
+    }
+    W->q8_packed = P;
+    return DSQ_OK;
+}
+
 void dsq_linear_bf16_unpack(dsq_linear *W)
 {
     free(W->bf16_packed);
@@ -366,7 +385,10 @@ static bool q8_paired(const dsq_linear *W, path p)
 
 static dsq_status forward_int8(const dsq_linear *W, const float *x, float *y, int n_tok)
 {
-    DSQ_TRY(dsq_qgemm_i8(W->type, W->data, W->row_bytes, W->out, W->in, x, y, n_tok));
+    if (W->q8_packed)
+        DSQ_TRY(dsq_qgemm_i8_packed(W->q8_packed, W->out, W->in, x, y, n_tok));
+    else
+        DSQ_TRY(dsq_qgemm_i8(W->type, W->data, W->row_bytes, W->out, W->in, x, y, n_tok));
     add_bias(W, y, n_tok);
     return DSQ_OK;
 }
@@ -389,7 +411,7 @@ static dsq_status forward_on(const dsq_linear *W, const float *x, float *y, int 
         x = xq;
     }
     dsq_status s;
-    if (q8_paired(W, p) && n_tok > DSQ_LINEAR_GEMV_MAX_TOKENS && dsq_gemm_q8_simd())
+    if (q8_paired(W, p) && (W->q8_packed || n_tok > DSQ_LINEAR_GEMV_MAX_TOKENS) && dsq_gemm_q8_simd())
         s = forward_int8(W, x, y, n_tok);
     else if (p == PATH_GEMV || q8_paired(W, p)) /* the same arithmetic, token groups at a time */
         s = forward_rows(W, x, y, n_tok);

@@ -14,7 +14,9 @@
 
 #include "core/grow.h"
 #include "core/log.h"
+#include "core/fileio.h"
 #include "formats/block_deepseek.h"
+#include "formats/gguf.h"
 #include "formats/hf_names.h"
 #include "runtime/model_quant.h"
 
@@ -426,6 +428,38 @@ dsq_status dsq_model_open_with(const char *path, const dsq_model_opts *o, dsq_mo
     }
     *out = m;
     return DSQ_OK;
+}
+
+/* Packs W; its blocks' pages leave the resident set when they are a view
+ * into the GGUF file's read-only mapping (nothing else may be dropped). */
+static dsq_status pack_one(const dsq_model *m, dsq_linear *W)
+{
+    if (!W->data) return DSQ_OK; /* a linear the layer does not have */
+    bool had = W->q8_packed != NULL;
+    DSQ_TRY(dsq_linear_q8_pack(W));
+    if (had || !W->q8_packed || W->owned || !m->ckpt || !m->ckpt->gguf) return DSQ_OK;
+    const dsq_mmap *map = &m->ckpt->gguf->map;
+    const uint8_t *p = W->data;
+    size_t n = W->row_bytes * (size_t)W->out;
+    if (map->data && p >= map->data && n <= map->size && (size_t)(p - map->data) <= map->size - n) dsq_release_pages(p, n);
+    return DSQ_OK;
+}
+
+dsq_status dsq_model_pack_int8(dsq_model *m)
+{
+    for (int64_t l = 0; l < m->arch.n_layers; l++) {
+        dsq_layer *L = &m->layers[l];
+        for (int i = 0; i < m->block->n_linears; i++) {
+            dsq_status s = pack_one(m, &L->lin[i]);
+            for (int64_t e = 0; s == DSQ_OK && L->experts[i] && e < m->arch.moe.n_routed; e++)
+                s = pack_one(m, &L->experts[i][e]);
+            if (s != DSQ_OK) return dsq_fail_context(s, "layer %lld, %s", (long long)l, dsq_model_linear_role(m, i));
+        }
+        DSQ_TRY(pack_one(m, &L->k_b));
+        DSQ_TRY(pack_one(m, &L->v_b));
+    }
+    dsq_status s = pack_one(m, &m->output);
+    return s == DSQ_OK ? DSQ_OK : dsq_fail_context(s, "output");
 }
 
 void dsq_model_close(dsq_model *m)

@@ -75,6 +75,12 @@ typedef struct dsq_model_opts {
 /* dsq_model_open with options (NULL: the defaults). */
 dsq_status dsq_model_open_with(const char *path, const dsq_model_opts *o, dsq_model **out);
 void dsq_model_close(dsq_model *m);
+/* Packs every Q8_0 linear once for the int8 kernel (dsq_linear_q8_pack),
+ * which decode steps and int8 batches then read instead of the file's blocks,
+ * and drops the blocks' mapped pages from the resident set (the page cache
+ * keeps them; the F32-activation paths read them back): generate, serve and
+ * bench_forward call it. A no-op on CPUs without the kernel. */
+dsq_status dsq_model_pack_int8(dsq_model *m);
 
 /* Linear i of the block: its role ("q") and GGUF stem ("attn_q"); "?" out of range. */
 const char *dsq_model_linear_role(const dsq_model *m, int i);

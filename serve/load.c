@@ -37,6 +37,7 @@ dsq_status dsq_server_load(dsq_server *sv)
     if (sv->o.n_ctx <= 0) sv->o.n_ctx = max > 0 && max < 2048 ? (int)max : 2048;
     if (max > 0 && sv->o.n_ctx > max)
         return dsq_fail(DSQ_ERR_ARG, "--ctx %d exceeds the model's %lld positions", sv->o.n_ctx, (long long)max);
+    DSQ_TRY(dsq_model_pack_int8(sv->m)); /* decode steps on Q8_0 weights read the packed copy */
     dsq_srv_opts eo = {o->parallel, sv->o.n_ctx, o->max_queue, o->chunk, o->threads, o->int8_act};
     DSQ_TRY(dsq_srv_new(sv->m, &eo, &sv->eng));
     dsq_srv_set_observer(sv->eng, dsq_metrics_observe, sv->metrics);

@@ -71,7 +71,7 @@ static void check_shape(int64_t m, int64_t nr, int64_t k, bool extreme, const ch
 static void sweep(const char *path)
 {
     static const int64_t ms[] = {1, 2, 5, 6, 7, 12, 13};
-    static const int64_t nrs[] = {1, 15, 16, 17, 31, 32, 33, 70};
+    static const int64_t nrs[] = {1, 15, 16, 17, 31, 32, 33, 70, 128, 161};
     static const int64_t ks[] = {32, 64, 96, 576};
     for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
         for (size_t b = 0; b < sizeof nrs / sizeof *nrs; b++)

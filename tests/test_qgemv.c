@@ -261,6 +261,29 @@ static void test_multi_token_bits(void **state)
     free(wf), free(x);
 }
 
+/* dsq_linear_q8_pack: Q8_0 only, and only where the kernel runs; the packed
+ * copy gives the per-call packing's bits (each row's sum runs over the blocks
+ * in order on every tiling), for a batch and for each decode step alone. y
+ * holds the unpacked int8 batch of NTOK tokens on entry. */
+static void check_packed(dsq_linear *W, const float *x, float *y, bool scalar)
+{
+    enum { NTOK = 300 };
+    assert_int_equal(dsq_linear_q8_pack(W), DSQ_OK);
+    bool expect = W->type == DSQ_TYPE_Q8_0 && !scalar && dsq_gemm_q8_simd();
+    if (expect != (W->q8_packed != NULL))
+        fail_msg("%s: packed %d, expected %d", dsq_type_name(W->type), W->q8_packed != NULL, expect);
+    if (!W->q8_packed) return;
+    float *yp = xmalloc((size_t)NTOK * W->out * sizeof *yp), y1[70];
+    assert_int_equal(dsq_linear_forward_int8act(W, x, yp, NTOK), DSQ_OK);
+    if (memcmp(yp, y, (size_t)NTOK * W->out * sizeof *y)) fail_msg("q8_0: the packed batch differs from the per-call one");
+    for (int j = 0; j < NTOK; j += 37) {
+        assert_int_equal(dsq_linear_forward_gemv(W, x + (int64_t)j * W->in, y1, 1), DSQ_OK);
+        if (memcmp(y1, y + (int64_t)j * W->out, (size_t)W->out * sizeof *y1))
+            fail_msg("q8_0: the packed decode step of token %d differs from its batch row", j);
+    }
+    free(yp);
+}
+
 /* dsq_linear_forward_int8act: batches of the Q8_0-paired types give each
  * token's decode-path product (the int8 GEMM where the CPU has it: within a
  * summation-order bound; with the scalar ISA forced: the decode path itself,
@@ -311,6 +334,7 @@ static void test_int8_batches(void **state)
                 if (!(d_f32 > 1e-4)) /* the activations really were rounded */
                     fail_msg("%s: %d tokens: int8act equals the F32 batch (%g)", dsq_type_name(t), n, d_f32);
             }
+            check_packed(&W, x, y, isa != 0);
             dsq_linear_release(&W);
             free(wq);
         }

@@ -23,4 +23,12 @@ bool dsq_qgemm_i8_type(dsq_type t);
 dsq_status dsq_qgemm_i8(dsq_type t, const void *w, size_t row_bytes, int64_t out, int64_t in, const float *x, float *y,
                         int n_tok);
 
+/* A copy of all out rows packed once for the kernel (Q8_0: 1152 bytes per
+ * 32 x 32 block against the file's 1088), so that decode steps and batches
+ * skip the unpacking: P holds dsq_qgemm_i8_packed_bytes(out, in) bytes. */
+size_t dsq_qgemm_i8_packed_bytes(int64_t out, int64_t in);
+dsq_status dsq_qgemm_i8_pack(dsq_type t, const void *w, size_t row_bytes, int64_t out, int64_t in, void *P);
+/* dsq_qgemm_i8 on such a copy, any n_tok (a decode step included). */
+dsq_status dsq_qgemm_i8_packed(const void *P, int64_t out, int64_t in, const float *x, float *y, int n_tok);
+
 #endif
