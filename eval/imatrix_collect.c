@@ -8,33 +8,57 @@
 #include "core/clock.h"
 #include "eval/chunks.h"
 #include "eval/nll.h"
+#include "core/log.h"
 #include "formats/block.h"
 
+/* One tensor's sums. A routed-expert linear is one entry for the stacked
+ * tensor (llama.cpp's MUL_MAT_ID entries, blk.N.ffn_gate_exps.weight): expert
+ * e's sums at e * in, its own token count. */
 typedef struct entry {
-    double *sum2; /* [in] */
-    int64_t in;
-    int64_t count; /* tokens; the same for every column of a dense product */
+    double *sum2;     /* [max(1, n_expert) * in] */
+    int64_t *count;   /* [max(1, n_expert)]: tokens, the same for every column of one product */
+    int64_t in;       /* 0: the layer has no such tensor; nothing is collected */
+    int64_t n_expert; /* experts stacked in the tensor, 0 for a plain linear */
     int32_t ncall;
+    int32_t seen; /* expert entries: the router call their last batch came with */
 } entry;
 
 struct dsq_imatrix_collector {
     const dsq_model *m;
     int n_layers, n_lin; /* n_lin: linears per layer (the block description's) */
     entry *e;            /* n_layers x n_lin */
+    int32_t *routed;     /* [n_layers]: router calls so far, one per forward call of an MoE layer */
 };
+
+/* Whether layer l multiplies linear k as a tensor of the file: present in its
+ * config, and (plain linears) held whole. A GGUF's split attn_k_b / attn_v_b
+ * leave kv_b empty; the absorbed attention multiplies them per head, which a
+ * plain entry does not describe, so they get none (llama-quantize quantizes a
+ * tensor without an entry without one). */
+static int64_t entry_width(const dsq_model *m, int64_t l, int k, int64_t *n_expert)
+{
+    const dsq_block_linear *bl = &m->block->linears[k];
+    *n_expert = 0;
+    if (!dsq_block_linear_present(m->block, &m->arch, l, k)) return 0;
+    if (bl->expert) {
+        const dsq_linear *E = m->layers[l].experts[k];
+        if (!E) return 0;
+        *n_expert = m->arch.moe.n_routed;
+        return E[0].in;
+    }
+    return m->layers[l].lin[k].vt ? m->layers[l].lin[k].in : 0;
+}
 
 dsq_status dsq_imatrix_collector_new(const dsq_model *m, dsq_imatrix_collector **out)
 {
     *out = NULL;
     DSQ_TRY(dsq_block_require(m->block, &m->arch, DSQ_BLOCK_CAN_CALIBRATE, m->ckpt->path));
-    if (m->arch.moe.n_routed > 0)
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: importance matrices of MoE models (%s) are not collected yet",
-                        m->ckpt->path, m->arch.hf_architecture);
     dsq_imatrix_collector *c = calloc(1, sizeof *c);
     int n = (int)m->arch.n_layers, nl = m->block->n_linears;
     if (c) c->e = calloc((size_t)n * (size_t)nl, sizeof *c->e);
-    if (!c || !c->e) {
-        free(c);
+    if (c) c->routed = calloc((size_t)n, sizeof *c->routed);
+    if (!c || !c->e || !c->routed) {
+        dsq_imatrix_collector_free(c);
         return dsq_fail(DSQ_ERR_NOMEM, "imatrix: out of memory");
     }
     c->m = m;
@@ -43,8 +67,12 @@ dsq_status dsq_imatrix_collector_new(const dsq_model *m, dsq_imatrix_collector *
     for (int l = 0; l < n; l++)
         for (int k = 0; k < nl; k++) {
             entry *e = &c->e[l * nl + k];
-            e->in = m->layers[l].lin[k].in;
-            if (!(e->sum2 = calloc((size_t)e->in, sizeof *e->sum2))) {
+            e->in = entry_width(m, l, k, &e->n_expert);
+            if (!e->in) continue;
+            int64_t slots = e->n_expert ? e->n_expert : 1;
+            e->sum2 = calloc((size_t)(slots * e->in), sizeof *e->sum2);
+            e->count = calloc((size_t)slots, sizeof *e->count);
+            if (!e->sum2 || !e->count) {
                 dsq_imatrix_collector_free(c);
                 return dsq_fail(DSQ_ERR_NOMEM, "imatrix: out of memory");
             }
@@ -56,8 +84,9 @@ dsq_status dsq_imatrix_collector_new(const dsq_model *m, dsq_imatrix_collector *
 void dsq_imatrix_collector_free(dsq_imatrix_collector *c)
 {
     if (!c) return;
-    for (int i = 0; c->e && i < c->n_layers * c->n_lin; i++) free(c->e[i].sum2);
+    for (int i = 0; c->e && i < c->n_layers * c->n_lin; i++) free(c->e[i].sum2), free(c->e[i].count);
     free(c->e);
+    free(c->routed);
     free(c);
 }
 
@@ -66,32 +95,54 @@ static void entry_name(const dsq_imatrix_collector *c, int layer, int which, cha
     snprintf(buf, cap, "blk.%d.%s.weight", layer, dsq_model_linear_gguf(c->m, which));
 }
 
+/* Sums of squares of n_tok rows into sum2[0, in), then the finiteness check. */
+static dsq_status accumulate(const dsq_imatrix_collector *c, int layer, int which, double *sum2, const float *x,
+                             int n_tok, int64_t in)
+{
+    for (int t = 0; t < n_tok; t++) {
+        const float *row = x + (size_t)t * (size_t)in;
+        for (int64_t j = 0; j < in; j++) sum2[j] += (double)row[j] * row[j];
+    }
+    for (int64_t j = 0; j < in; j++)
+        if (!isfinite(sum2[j])) {
+            char name[64];
+            entry_name(c, layer, which, name, sizeof name);
+            return dsq_fail(DSQ_ERR_NUMERIC, "imatrix: %s: non-finite sum of squares in column %lld", name,
+                            (long long)j);
+        }
+    return DSQ_OK;
+}
+
 dsq_status dsq_imatrix_collect_hook(void *user, int layer, int which, int expert, const float *x, int n_tok, int64_t in)
 {
     dsq_imatrix_collector *c = user;
-    if (n_tok < DSQ_IMATRIX_MIN_ROWS) return DSQ_OK;
-    if (layer < 0 || layer >= c->n_layers || which < 0 || which >= c->n_lin || expert >= 0)
-        return dsq_fail(DSQ_ERR_INTERNAL, "imatrix: hook called for layer %d, linear %d, expert %d", layer, which,
-                        expert);
+    if (layer < 0 || layer >= c->n_layers || which < 0 || which >= c->n_lin)
+        return dsq_fail(DSQ_ERR_INTERNAL, "imatrix: hook called for layer %d, linear %d", layer, which);
     entry *e = &c->e[layer * c->n_lin + which];
     char name[64];
+    if (!e->in) return DSQ_OK; /* not a tensor of this model (entry_width) */
+    /* llama.cpp counts a stacked-expert product once per forward call, for all
+     * its tokens; the router runs once per call, before the experts */
+    if (c->m->block->linears[which].router) c->routed[layer]++;
+    if ((expert >= 0) != (e->n_expert > 0) || expert >= e->n_expert)
+        return dsq_fail(DSQ_ERR_INTERNAL, "imatrix: hook called for layer %d, linear %d, expert %d", layer, which,
+                        expert);
+    /* llama.cpp ignores plain products over fewer rows; expert products never */
+    if (expert < 0 && n_tok < DSQ_IMATRIX_MIN_ROWS) return DSQ_OK;
     if (in != e->in) {
         entry_name(c, layer, which, name, sizeof name);
         return dsq_fail(DSQ_ERR_INTERNAL, "imatrix: %s: input of %lld columns, the weight has %lld", name,
                         (long long)in, (long long)e->in);
     }
-    for (int t = 0; t < n_tok; t++) {
-        const float *row = x + (size_t)t * (size_t)in;
-        for (int64_t j = 0; j < in; j++) e->sum2[j] += (double)row[j] * row[j];
+    int64_t slot = expert >= 0 ? expert : 0;
+    DSQ_TRY(accumulate(c, layer, which, e->sum2 + slot * in, x, n_tok, in));
+    e->count[slot] += n_tok;
+    if (expert < 0)
+        e->ncall++;
+    else if (e->seen != c->routed[layer]) {
+        e->ncall++;
+        e->seen = c->routed[layer];
     }
-    for (int64_t j = 0; j < in; j++)
-        if (!isfinite(e->sum2[j])) {
-            entry_name(c, layer, which, name, sizeof name);
-            return dsq_fail(DSQ_ERR_NUMERIC, "imatrix: %s: non-finite sum of squares in column %lld", name,
-                            (long long)j);
-        }
-    e->count += n_tok;
-    e->ncall++;
     return DSQ_OK;
 }
 
@@ -102,18 +153,26 @@ int32_t dsq_imatrix_collector_calls(const dsq_imatrix_collector *c)
     return m;
 }
 
-static dsq_status add_entries(const dsq_imatrix_collector *c, dsq_imatrix *im, float *mean)
+/* Entry (l, k) into im, unless it has no data: a stacked tensor with an expert
+ * no token reached is left out whole, as llama-imatrix leaves out entries with
+ * partial data (a zero would tell the quantizer those columns do not matter). */
+static dsq_status add_entry(const dsq_imatrix_collector *c, int l, int k, dsq_imatrix *im, float *mean)
 {
-    for (int l = 0; l < c->n_layers; l++)
-        for (int k = 0; k < c->n_lin; k++) {
-            const entry *e = &c->e[l * c->n_lin + k];
-            if (!e->count) continue;
-            for (int64_t j = 0; j < e->in; j++) mean[j] = (float)(e->sum2[j] / (double)e->count);
-            char name[64];
-            entry_name(c, l, k, name, sizeof name);
-            DSQ_TRY(dsq_imatrix_add(im, name, e->ncall, mean, (uint32_t)e->in));
-        }
-    return DSQ_OK;
+    const entry *e = &c->e[l * c->n_lin + k];
+    int64_t slots = e->n_expert ? e->n_expert : 1, empty = 0;
+    for (int64_t x = 0; x < slots; x++) empty += e->count && !e->count[x];
+    if (!e->in || empty == slots) return DSQ_OK;
+    char name[64];
+    entry_name(c, l, k, name, sizeof name);
+    if (empty) {
+        DSQ_LOGW("imatrix: %s: %lld of %lld experts got no token; the entry is left out", name, (long long)empty,
+                 (long long)slots);
+        return DSQ_OK;
+    }
+    for (int64_t x = 0; x < slots; x++)
+        for (int64_t j = 0; j < e->in; j++)
+            mean[x * e->in + j] = (float)(e->sum2[x * e->in + j] / (double)e->count[x]);
+    return dsq_imatrix_add(im, name, e->ncall, mean, (uint32_t)(slots * e->in));
 }
 
 dsq_status dsq_imatrix_collector_result(const dsq_imatrix_collector *c, const char *dataset, dsq_imatrix **out)
@@ -123,12 +182,16 @@ dsq_status dsq_imatrix_collector_result(const dsq_imatrix_collector *c, const ch
     if (!calls)
         return dsq_fail(DSQ_ERR_ARG, "imatrix: nothing was collected (forward calls need at least %d tokens)",
                         DSQ_IMATRIX_MIN_ROWS);
-    int64_t max_in = 0;
-    for (int i = 0; i < c->n_layers * c->n_lin; i++) max_in = c->e[i].in > max_in ? c->e[i].in : max_in;
-    float *mean = malloc((size_t)max_in * sizeof *mean);
+    int64_t max_n = 1;
+    for (int i = 0; i < c->n_layers * c->n_lin; i++) {
+        int64_t n = c->e[i].in * (c->e[i].n_expert ? c->e[i].n_expert : 1);
+        max_n = n > max_n ? n : max_n;
+    }
+    float *mean = malloc((size_t)max_n * sizeof *mean);
     dsq_imatrix *im = NULL;
     dsq_status s = mean ? dsq_imatrix_new(&im) : dsq_fail(DSQ_ERR_NOMEM, "imatrix: out of memory");
-    if (s == DSQ_OK) s = add_entries(c, im, mean);
+    for (int l = 0; s == DSQ_OK && l < c->n_layers; l++)
+        for (int k = 0; s == DSQ_OK && k < c->n_lin; k++) s = add_entry(c, l, k, im, mean);
     if (s == DSQ_OK) s = dsq_imatrix_set_trailer(im, calls, dataset);
     free(mean);
     if (s != DSQ_OK) {

@@ -8,7 +8,19 @@
  *    attn_q/k/v multiply the same input and each gets its own entry, as in
  *    llama.cpp (three mul_mats). output.weight is not collected (llama-imatrix
  *    skips it unless --process-output) and token_embd is a lookup, not a product;
- *  - llama.cpp's callback ignores products over fewer than 16 rows; so do we;
+ *  - MoE layers (DeepSeek-V2/V3): the router (ffn_gate_inp) and the shared
+ *    experts (ffn_*_shexp) are plain products; the routed experts of one
+ *    linear are one entry for the stacked tensor llama.cpp multiplies with
+ *    MUL_MAT_ID (blk.N.ffn_gate_exps.weight): n_expert x in values, expert e's
+ *    columns the mean over the tokens routed to it, ncall one per forward
+ *    call; an entry with an expert no token reached is left out with a
+ *    warning (llama-imatrix's save_imatrix skips entries with partial data).
+ *    kv_b multiplied in its absorbed form from a GGUF's split attn_k_b /
+ *    attn_v_b gets no entry (those tensors are quantized without one, as
+ *    llama-quantize does for a tensor the file does not name); from an HF
+ *    folder it is attn_kv_b, its input the normalized latent;
+ *  - llama.cpp's callback ignores plain products over fewer than 16 rows (never
+ *    the experts' MUL_MAT_ID); so do we;
  *  - ncall counts the calls that were collected, one per forward call (llama.cpp:
  *    one per mul_mat, i.e. per micro-batch: with the default n_ubatch 512 and
  *    ctx <= 512 that is one per chunk); the file's last_chunk is the largest ncall;

@@ -37,6 +37,15 @@ tiny random models (tests/integration/deepseek_tiny.py):
            FP8 dynamic puts every expert in FP8 and transformers reads the
            folder as our runtime does (weight-only, within 1e-3); FP8 static
            gives each expert its own input scales from its routed tokens.
+  imatrix  V3 with SmolLM2's tokenizer, 4 chunks of 64 tokens of README.md:
+           `dsquant imatrix` against llama-imatrix's rule computed here from
+           transformers' forward (pre-hooks on every linear, the router and
+           the experts module): plain products' mean x^2 per column, each
+           routed expert's over its own tokens stacked in one entry per
+           tensor (blk.N.ffn_gate_exps.weight, n_expert x in values), every
+           entry's ncall one per chunk, within 1e-3; a stacked tensor with an
+           expert no token reached is left out (llama-imatrix's partial-data
+           rule); `dsquant gguf --imatrix` uses the entries.
   gguf     V3 (yarn mscale = mscale_all_dim, as llama.cpp assumes) to a deepseek2
            GGUF (F32): llama.cpp 0.3.36 (llama-cpp-python, MLA split era,
            scripts/setup-llama-mla.sh) loads it and its log-softmax (F32 KV
@@ -59,8 +68,7 @@ tiny random models (tests/integration/deepseek_tiny.py):
            rule agrees with our runtime on the folder (weight-only, 1e-3).
   refusals an FP8 weight without scales, scales of the wrong shape, an
            unknown topk_method or scoring_func, a missing expert: exit 1, one
-           line naming the tensor or field, nothing written; an importance
-           matrix of a MoE model (not collected yet) is refused by name.
+           line naming the tensor or field, nothing written.
 
 About 1 minute. Exit 77 when torch/transformers are missing.
 """
@@ -241,11 +249,6 @@ def refusal_cases(work):
     folder = edited(v3, os.path.join(work, "bad-expert"), tensors=lambda t: t.pop(expert))
     rc, err = fails("logits", folder, "--tokens", "1 2 3", "-o", os.path.join(work, "x.f32"))
     check(rc == 1 and expert in err, f"a missing expert is named: {err.strip()}")
-    out = os.path.join(work, "v3.imatrix")
-    tok = os.path.join(work, "v3-tok")
-    rc, err = fails("imatrix", tok if os.path.exists(tok) else v3, "-o", out, "--data", CALIB, "--ctx", "32", "--chunks", "2")
-    check(rc == 1 and "importance matrices of MoE models" in err and not os.path.exists(out),
-          f"imatrix of a MoE model refused by name: {err.strip()}")
 
 
 CALIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")
@@ -451,12 +454,118 @@ def calibration_case(work):
           f"fp8 static: every expert has its own input_scale from its routed tokens ({len(set(scales))} distinct "
           f"of {len(scales)}); the runtime runs the folder")
     scaled_cases(work, v3, base)
+    imatrix_case(work, v3)
     ta, tb = st_tensors(runs["gptq-ct"]["dir"]), st_tensors(runs["gptq-all"]["dir"])
     keys = [f"model.layers.{l}.mlp.experts.{e}.gate_proj.weight_packed" for l in (1, 2) for e in range(8)]
     differ = sum(not torch.equal(ta[k], tb[k]) for k in keys)
     check(runs["gptq-all"]["expert_coverage"]["expert_calib"] == "all" and differ >= 16 - 2 * cov["experts_below_min"],
           f"--expert-calib all calibrates {differ} of 16 experts on other tokens than routed (those under the "
           f"threshold take every token in both)")
+
+
+HF_TO_GGUF = {"self_attn.q_proj": "attn_q", "self_attn.q_a_proj": "attn_q_a", "self_attn.q_b_proj": "attn_q_b",
+              "self_attn.kv_a_proj_with_mqa": "attn_kv_a_mqa", "self_attn.kv_b_proj": "attn_kv_b",
+              "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+              "mlp.down_proj": "ffn_down", "mlp.shared_experts.gate_proj": "ffn_gate_shexp",
+              "mlp.shared_experts.up_proj": "ffn_up_shexp", "mlp.shared_experts.down_proj": "ffn_down_shexp",
+              "mlp.gate": "ffn_gate_inp"}
+IM_CTX, IM_CHUNKS = 64, 4
+
+
+def read_imatrix(path):
+    """llama.cpp's legacy .dat: {name: (ncall, values / ncall)}."""
+    import struct
+    d = open(path, "rb").read()
+    n, = struct.unpack_from("<i", d, 0)
+    o, out = 4, {}
+    for _ in range(n):
+        ln, = struct.unpack_from("<i", d, o)
+        name = d[o + 4:o + 4 + ln].decode()
+        ncall, nval = struct.unpack_from("<ii", d, o + 4 + ln)
+        o += 12 + ln
+        out[name] = (ncall, np.frombuffer(d, np.float32, nval, o).astype(np.float64) / ncall)
+        o += 4 * nval
+    return out
+
+
+def imatrix_chunks(v3):
+    """The chunks `dsquant imatrix` runs: the text with the tokenizer's BOS rule, cut
+    into IM_CTX tokens, BOS replacing each chunk's first token when it adds one."""
+    ids = json.loads(dsquant("-q", "tokenize", v3, "--file", CALIB, "--json", "--add-special"))
+    plain = json.loads(dsquant("-q", "tokenize", v3, "--file", CALIB, "--json"))
+    bos = ids[0] if len(ids) > len(plain) else None
+    chunks = [ids[k * IM_CTX:(k + 1) * IM_CTX] for k in range(IM_CHUNKS)]
+    return [[bos] + c[1:] if bos is not None else c for c in chunks]
+
+
+def expected_imatrix(v3, chunks):
+    """llama-imatrix's sums over transformers' forward: {name: (sum2 [slots x in], tokens [slots])}."""
+    m = AutoModelForCausalLM.from_pretrained(v3, dtype=torch.float32, local_files_only=True).eval()
+    sums = {}
+
+    def add(name, x, slot=0, slots=1):
+        x = x.reshape(-1, x.shape[-1]).double()
+        if slots == 1 and x.shape[0] < 16:  # plain products over fewer rows are ignored
+            return
+        s = sums.setdefault(name, (np.zeros((slots, x.shape[1])), np.zeros(slots)))
+        s[0][slot] += (x * x).sum(0).numpy()
+        s[1][slot] += x.shape[0]
+
+    def on_experts(mod, args, l):
+        x, idx = args[0].reshape(-1, args[0].shape[-1]), args[1].reshape(args[0].numel() // args[0].shape[-1], -1)
+        for e in range(mod.num_experts):
+            tok = (idx == e).any(-1).nonzero()[:, 0]
+            if len(tok) == 0:
+                continue
+            xe = x[tok]
+            g, u = torch.nn.functional.linear(xe, mod.gate_up_proj[e]).chunk(2, -1)
+            for stem, v in (("ffn_gate_exps", xe), ("ffn_up_exps", xe), ("ffn_down_exps", mod.act_fn(g) * u)):
+                add(f"blk.{l}.{stem}.weight", v, e, mod.num_experts)
+
+    hooks = []
+    for l, layer in enumerate(m.model.layers):
+        for path, stem in HF_TO_GGUF.items():
+            try:
+                mod = layer.get_submodule(path)
+            except AttributeError:
+                continue
+            hooks.append(mod.register_forward_pre_hook(lambda _m, a, n=f"blk.{l}.{stem}.weight": add(n, a[0])))
+        if hasattr(layer.mlp, "experts"):
+            hooks.append(layer.mlp.experts.register_forward_pre_hook(lambda mod, a, l=l: on_experts(mod, a, l)))
+    with torch.no_grad():
+        for c in chunks:
+            m(torch.tensor([c]))
+    for h in hooks:
+        h.remove()
+    return sums
+
+
+def imatrix_case(work, v3):
+    chunks = imatrix_chunks(v3)
+    out = os.path.join(work, "v3.imatrix")
+    dsquant("-q", "imatrix", v3, "-o", out, "--data", CALIB, "--ctx", str(IM_CTX), "--chunks", str(IM_CHUNKS),
+            "--no-ppl")
+    got, want = read_imatrix(out), expected_imatrix(v3, chunks)
+    full = {n for n, (_, cnt) in want.items() if (cnt > 0).all()}
+    stacked = sorted(n for n in want if "_exps" in n)
+    check(set(got) == full and any(n in full for n in stacked),
+          f"imatrix entries: every tensor with data for all its experts ({len(full)}; stacked with all experts: "
+          f"{[n for n in stacked if n in full]}; left out: {sorted(set(want) - full)}), got {len(got)}")
+    worst, where = 0.0, None
+    for n in sorted(full & set(got)):
+        s2, cnt = want[n]
+        mean = (s2 / cnt[:, None]).reshape(-1)
+        d = np.abs(got[n][1] - mean).max() / max(np.abs(mean).max(), 1e-30)
+        if d > worst or got[n][0] != IM_CHUNKS or got[n][1].size != mean.size:
+            worst, where = max(d, worst), (n, got[n][0], got[n][1].size, mean.size)
+    check(worst <= TOL and (where is None or where[1] == IM_CHUNKS and where[2] == where[3]),
+          f"imatrix values against llama-imatrix's rule on transformers' forward: max relative {worst:.2e} "
+          f"<= {TOL} (worst {where}), ncall {IM_CHUNKS} per entry")
+    q = os.path.join(work, "v3-im.gguf")
+    j = json.loads(dsquant("-q", "gguf", v3, "-o", q, "--type", "Q4_K_M", "--imatrix", out, "--json"))
+    used = [n for n in got if "ffn_gate_inp" not in n and "attn_kv_b" not in n]
+    check(j["n_imatrix"] == len(used), f"dsquant gguf --imatrix uses {j['n_imatrix']} entries: every one but the "
+                                       f"router's (F32) and kv_b's (written split), {len(used)}")
 
 
 def router_folded(t, base, what):
