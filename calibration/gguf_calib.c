@@ -35,6 +35,8 @@ typedef struct gcalib {
     uint64_t spill_end;
     spilled *sp; /* by plan index */
     bool *has;
+    uint8_t **parts; /* stacked expert tensors, by plan index: which experts were put (NULL until the first) */
+    size_t n_parts;
     uint8_t *buf; /* provider / permutation buffer */
     size_t buf_cap;
 } gcalib;
@@ -46,18 +48,34 @@ static void linear_name(const gcalib *g, int layer, int id, char *buf, size_t ca
 
 static int64_t plan_index(const gcalib *g, const char *name) { return dsq_strmap_get(&g->by_name, name, strlen(name)); }
 
-static dsq_status target(void *user, int layer, int id, dsq_type *type, const float **importance)
+/* Experts stacked in plan tensor i (its third dimension; 1 for a plain
+ * matrix), checked against the call: an expert index needs a stacked tensor
+ * with that many experts. */
+static dsq_status stacked(const gcalib *g, int64_t i, const char *name, int expert, int64_t *n_expert)
+{
+    const dsq_gguf_quantize_tensor *t = &g->plan->tensors[i];
+    *n_expert = t->n_dims >= 3 ? t->ne[2] : 1;
+    if (expert >= 0 ? (t->n_dims < 3 || expert >= *n_expert) : t->n_dims >= 3)
+        return dsq_fail(DSQ_ERR_FORMAT, "gguf: %s: %s expert %d, the plan has %lld", name,
+                        expert >= 0 ? "calibrated" : "calibrated without", expert, (long long)*n_expert);
+    return DSQ_OK;
+}
+
+static dsq_status target(void *user, int layer, int id, int expert, dsq_type *type, const float **importance)
 {
     gcalib *g = user;
     char name[160];
     linear_name(g, layer, id, name, sizeof name);
     *type = DSQ_TYPE_F32;
     *importance = NULL;
-    int64_t i = plan_index(g, name);
+    int64_t i = plan_index(g, name), n_expert = 1;
     if (i < 0) return DSQ_OK;
+    DSQ_TRY(stacked(g, i, name, expert, &n_expert));
     *type = g->plan->tensors[i].type_out; /* a float type when the plan keeps it so */
-    if (!g->plan->tensors[i].quantized) return DSQ_OK;
-    if (g->im) DSQ_TRY(dsq_imatrix_for_tensor(g->im, name, g->plan->tensors[i].ne[0], 1, importance));
+    if (!g->plan->tensors[i].quantized || !g->im) return DSQ_OK;
+    const int64_t ne0 = g->plan->tensors[i].ne[0];
+    DSQ_TRY(dsq_imatrix_for_tensor(g->im, name, ne0, n_expert, importance));
+    if (*importance && expert > 0) *importance += (int64_t)expert * ne0; /* expert e's columns */
     return DSQ_OK;
 }
 
@@ -110,12 +128,40 @@ static dsq_status spill(gcalib *g, int64_t i, dsq_type type, const void *bytes, 
     return DSQ_OK;
 }
 
-static dsq_status put(void *user, int layer, int id, dsq_type type, const void *bytes, uint64_t nbytes)
+/* Expert e's part of stacked plan tensor i: the whole tensor's room is taken
+ * in the spill file at its first part, each part written at its offset; the
+ * tensor counts as calibrated once every expert is there. */
+static dsq_status put_part(gcalib *g, const char *name, int64_t i, int e, int64_t n_expert, dsq_type type,
+                           const void *bytes, uint64_t nbytes)
+{
+    const dsq_gguf_quantize_tensor *t = &g->plan->tensors[i];
+    if (type != t->type_out || nbytes * (uint64_t)n_expert != t->bytes_out)
+        return dsq_fail(DSQ_ERR_FORMAT, "gguf: %s: expert %d calibrated as %s (%llu bytes), planned %s (%llu of %llu)",
+                        name, e, dsq_type_name(type), (unsigned long long)nbytes, dsq_type_name(t->type_out),
+                        (unsigned long long)(t->bytes_out / (uint64_t)n_expert), (unsigned long long)t->bytes_out);
+    if (!g->parts[i]) {
+        if (!(g->parts[i] = calloc((size_t)n_expert, 1))) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
+        g->sp[i] = (spilled){g->spill_end, t->bytes_out, type};
+        g->spill_end += t->bytes_out;
+    }
+    if (g->parts[i][e]) return dsq_fail(DSQ_ERR_INTERNAL, "gguf: %s: expert %d calibrated twice", name, e);
+    DSQ_TRY(spill_io(g, true, (void *)bytes, nbytes, g->sp[i].off + (uint64_t)e * nbytes));
+    g->parts[i][e] = 1;
+    int64_t have = 0;
+    for (int64_t k = 0; k < n_expert; k++) have += g->parts[i][k];
+    g->has[i] = have == n_expert;
+    return DSQ_OK;
+}
+
+static dsq_status put(void *user, int layer, int id, int expert, dsq_type type, const void *bytes, uint64_t nbytes)
 {
     gcalib *g = user;
     char name[160];
     linear_name(g, layer, id, name, sizeof name);
-    int64_t i = -1;
+    int64_t i = plan_index(g, name), n_expert = 1;
+    if (i < 0) return dsq_fail(DSQ_ERR_FORMAT, "gguf: %s is not in the plan", name);
+    DSQ_TRY(stacked(g, i, name, expert, &n_expert));
+    if (expert >= 0) return put_part(g, name, i, expert, n_expert, type, bytes, nbytes); /* experts: no permutation */
     DSQ_TRY(planned(g, name, type, nbytes, &i));
     const dsq_gguf_quantize_tensor *t = &g->plan->tensors[i];
     const dsq_permute_kind perm = g->m->block->linears[id].perm;
@@ -206,9 +252,9 @@ static dsq_status calibrate(gcalib *g, const char *in, const dsq_gguf_calib_opts
     dsq_tokenizer *tok = NULL;
     DSQ_TRY(dsq_model_open(in, &g->m));
     DSQ_TRY(dsq_block_require(g->m->block, &g->m->arch, DSQ_BLOCK_CAN_CALIBRATE, in));
-    if (g->m->arch.moe.n_routed > 0)
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: %s into GGUF blocks does not handle MoE experts yet (%s)", in,
-                        co->method->name, g->m->arch.hf_architecture);
+    if (g->m->arch.moe.n_routed > 0 && co->method != &dsq_method_gptq)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: %s into GGUF blocks does not handle MoE experts yet (%s; gptq does)",
+                        in, co->method->name, g->m->arch.hf_architecture);
     g->rows_gguf = g->m->ckpt->kind == DSQ_CKPT_GGUF;
     DSQ_TRY(dsq_tokenizer_load(in, &tok));
     dsq_status st = dsq_calib_load(&co->calib, tok, &rep->calib);
@@ -242,18 +288,28 @@ static dsq_status calibrate(gcalib *g, const char *in, const dsq_gguf_calib_opts
     return dsq_seq_quantize(g->m, &rep->calib, &o, &rep->seq, NULL);
 }
 
+static bool float_type(dsq_type t) { return t == DSQ_TYPE_F32 || t == DSQ_TYPE_F16 || t == DSQ_TYPE_BF16; }
+
 /* Every decoder tensor the plan quantizes must be a block type GPTQ can
- * write; a float --type (F16, BF16) leaves nothing to calibrate. */
+ * write, or a float fallback (llama-quantize's f16 for rows no block
+ * divides: written as planned, not calibrated); a float --type (F16, BF16)
+ * leaves nothing to calibrate. */
 static dsq_status check_types(const dsq_gguf_quantize_report *plan)
 {
+    bool any = false;
     for (size_t i = 0; i < plan->n_tensors; i++) {
         const dsq_gguf_quantize_tensor *t = &plan->tensors[i];
-        if (!t->quantized || strncmp(t->name, "blk.", 4) || dsq_block_codes_supported(t->type_out)) continue;
+        if (!t->quantized || strncmp(t->name, "blk.", 4) || float_type(t->type_out)) continue;
+        any = true;
+        if (dsq_block_codes_supported(t->type_out)) continue;
         return dsq_fail(DSQ_ERR_UNSUPPORTED,
                         "gguf --method: tensor %s is planned as %s, not a block type GPTQ or AWQ writes (q4_0, "
                         "q4_1, q5_0, q5_1, q8_0, q2_K..q6_K, iq4_nl, iq4_xs)",
                         t->name, dsq_type_name(t->type_out));
     }
+    if (!any)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "gguf --method: the plan quantizes no decoder tensor to a block type "
+                                             "(a float --type leaves nothing to calibrate)");
     return DSQ_OK;
 }
 
@@ -283,7 +339,9 @@ static dsq_status setup(gcalib *g, const char *in, const char *out, const dsq_gg
         DSQ_TRY(dsq_strmap_put(&g->by_name, plan->tensors[i].name, strlen(plan->tensors[i].name), (int64_t)i, NULL));
     g->sp = calloc(plan->n_tensors ? plan->n_tensors : 1, sizeof *g->sp);
     g->has = calloc(plan->n_tensors ? plan->n_tensors : 1, sizeof *g->has);
-    if (!g->sp || !g->has) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
+    g->parts = calloc(plan->n_tensors ? plan->n_tensors : 1, sizeof *g->parts);
+    if (!g->sp || !g->has || !g->parts) return dsq_fail(DSQ_ERR_NOMEM, "out of memory");
+    g->n_parts = plan->n_tensors;
     return open_spill(g, out);
 }
 
@@ -309,6 +367,8 @@ dsq_status dsq_gguf_calib_quantize(const char *in, const char *out, const dsq_gg
     dsq_gguf_quantize_report_free((dsq_gguf_quantize_report *)g.plan);
     dsq_strmap_free(&g.by_name);
     dsq_imatrix_free(im_owned);
+    for (size_t i = 0; g.parts && i < g.n_parts; i++) free(g.parts[i]);
+    free(g.parts);
     free(g.sp);
     free(g.has);
     free(g.buf);

@@ -141,6 +141,10 @@ static dsq_status gptq_expert_linears(dsq_seq_expert *x, const int *ks, int nk, 
     for (int i = 0; i < nk && st == DSQ_OK; i++) {
         int k = ks[i];
         if (!x->ok[k]) continue;
+        if (x->s->o->gguf) { /* GGUF blocks of the stacked expert tensor */
+            st = dsq_seq_gguf_expert(x, k, &H, rep);
+            continue;
+        }
         char name[192];
         dsq_seq_expert_name(x, k, name, sizeof name);
         st = gptq_one(x->s->o, name, x->w[k], x->out[k], x->in[k], &H, &x->q[k], rep);

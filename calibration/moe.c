@@ -139,7 +139,7 @@ static dsq_status expert_end(dsq_seq_expert *x, dsq_seq_keep *keep)
 static dsq_status count_quantized(const dsq_seq_expert *x, dsq_seq_report *rep)
 {
     for (int k = 0; k < DSQ_INT_EXPERT_LINEARS; k++) {
-        if (x->has_q[k] || x->has_q8[k])
+        if (x->has_q[k] || x->has_q8[k] || x->has_gguf[k])
             rep->n_quantized++;
         else
             rep->n_skipped++;

@@ -138,6 +138,9 @@ dsq_status dsq_seq_gguf_target(dsq_seq_layer *s, int id, dsq_type *type, const f
 bool dsq_seq_gguf_is_blocks(dsq_type type);
 dsq_status dsq_seq_gguf_put(dsq_seq_layer *s, int id, dsq_type type, const float *imp);
 struct dsq_seq_expert;
+/* GPTQ of expert x's linear k into the GGUF blocks of its stacked tensor
+ * (seq_gguf.c): bytes to put as expert x->e, x->w[k] their dequantized values. */
+dsq_status dsq_seq_gguf_expert(struct dsq_seq_expert *x, int k, const dsq_hessian *H, struct dsq_seq_report *rep);
 /* GPTQ of a routed expert: gate and up from its rows, down from the
  * activations of the quantized gate and up (x->q). */
 dsq_status dsq_seq_gptq_expert(struct dsq_seq_expert *x, struct dsq_seq_report *rep);
@@ -160,6 +163,7 @@ typedef struct dsq_seq_expert {
     bool has_q[DSQ_INT_EXPERT_LINEARS];
     dsq_w8q q8[DSQ_INT_EXPERT_LINEARS]; /* the 8-bit methods' weights (has_q8) */
     bool has_q8[DSQ_INT_EXPERT_LINEARS];
+    bool has_gguf[DSQ_INT_EXPERT_LINEARS]; /* handed to o->gguf->put as GGUF blocks */
     const float *x; /* [n_tok x dim]: the expert's input rows for statistics (NULL without data) */
     int64_t n_tok;
 } dsq_seq_expert;

@@ -85,10 +85,12 @@ typedef struct dsq_seq_w8_opts {
  * calibration/gguf_calib.h): GPTQ quantizes each linear to the GGUF type
  * target names (quantizers/gptq_blocks.h) and hands the bytes, in the
  * model's row order, to put; the layer then runs on their dequantized
- * values. A target type that is not a block type leaves the linear in float. */
+ * values. A target type that is not a block type leaves the linear in float.
+ * expert: a routed expert's index (its part of the stacked tensor; its own
+ * importance), -1 for a plain linear. */
 typedef struct dsq_seq_gguf {
-    dsq_status (*target)(void *user, int layer, int id, dsq_type *type, const float **importance);
-    dsq_status (*put)(void *user, int layer, int id, dsq_type type, const void *bytes, uint64_t nbytes);
+    dsq_status (*target)(void *user, int layer, int id, int expert, dsq_type *type, const float **importance);
+    dsq_status (*put)(void *user, int layer, int id, int expert, dsq_type type, const void *bytes, uint64_t nbytes);
     void *user;
 } dsq_seq_gguf;
 

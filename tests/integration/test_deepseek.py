@@ -58,7 +58,13 @@ tiny random models (tests/integration/deepseek_tiny.py):
            a DeepseekV3 config; `dsquant gguf` Q4_K_M and Q6_K of the BF16
            GGUF give llama.cpp 0.3.36's llama_model_quantize tensor types and
            bytes (its newer revision moves general.file_type to the end of the
-           keys; the key set is compared).
+           keys; the key set is compared). `dsquant gguf --method gptq`
+           Q4_K_M: the plain file's types and size, 27 tensors calibrated
+           (every expert of a stacked tensor on its own routed tokens), KLD
+           below the plain file's on the calibration text, and llama.cpp runs
+           it as it runs the plain one (median per-position KL to ours; its
+           extra buffer types are off: they abort on these tiny quantized
+           files, the plain one included).
            AWQ (AutoAWQ folder) quantizes every expert and folds the MLP input
            group's scales into post_attention_layernorm, the shared experts,
            the experts and the router's columns: norm x router is the
@@ -270,8 +276,15 @@ def st_tensors(folder):
 
 
 LLAMA_LOGITS = r'''
-import sys, numpy as np, llama_cpp
+import sys, numpy as np, llama_cpp, llama_cpp.llama_cpp as low
 path, ids, out = sys.argv[1], [int(x) for x in sys.argv[2].split()], sys.argv[3]
+if len(sys.argv) > 4:  # plain CPU buffers: no repacked or AMX copies of the weights
+    orig = low.llama_model_default_params
+    def plain():
+        p = orig()
+        p.use_extra_bufts = False
+        return p
+    low.llama_model_default_params = plain
 m = llama_cpp.Llama(model_path=path, n_ctx=256, logits_all=True, verbose=False, n_threads=2, type_k=0, type_v=0)
 m.eval(ids)
 lg = np.array(m.scores[:len(ids)], dtype=np.float64)
@@ -281,15 +294,59 @@ lg.astype(np.float32).tofile(out)
 '''
 
 
-def llama_cpp_logits(gguf, work):
+def llama_cpp_logits(gguf, work, plain_buffers=False):
+    """plain_buffers: llama.cpp 0.3.36's extra buffer types (the repacked / AMX
+    copies it picks on a CPU with AMX or AVX-512) abort (GGML_ASSERT
+    cur_backend_id != -1) or crash on these tiny quantized deepseek2 files,
+    its own quantizer's included; the plain CPU buffers run them."""
     out = os.path.join(work, "llama.f32")
-    r = subprocess.run([llama_mla_python(), "-c", LLAMA_LOGITS, gguf, " ".join(map(str, IDS)), out],
-                       capture_output=True, text=True)
+    r = subprocess.run([llama_mla_python(), "-c", LLAMA_LOGITS, gguf, " ".join(map(str, IDS)), out] +
+                       (["plain"] if plain_buffers else []), capture_output=True, text=True)
     if r.returncode != 0:
         tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-6:])
         check(False, f"llama.cpp 0.3.36 loads {os.path.basename(gguf)}: {tail}")
         return None
     return np.fromfile(out, dtype=np.float32).reshape(N_TOK, -1).astype(np.float64)
+
+
+GPTQ_GGUF_TOL = 0.01
+
+
+def gguf_gptq_case(work, v3):
+    """GPTQ into GGUF blocks on the MoE model: every expert of a stacked tensor
+    calibrated on its own routed tokens and written in its part of the tensor."""
+    g, p = os.path.join(work, "v3-gptq.gguf"), os.path.join(work, "v3-plain.gguf")
+    j = json.loads(dsquant("-q", "gguf", v3, "-o", g, "--type", "Q4_K_M", "--method", "gptq", *Q[2:], "--json"))
+    dsquant("-q", "gguf", v3, "-o", p, "--type", "Q4_K_M")
+    from gguf import GGUFReader
+    tg = {t.name: t for t in GGUFReader(g).tensors}
+    tp = {t.name: t for t in GGUFReader(p).tensors}
+    same_types = set(tg) == set(tp) and all(tg[n].tensor_type == tp[n].tensor_type for n in tg)
+    moved = [n for n in ("blk.1.ffn_gate_exps.weight", "blk.2.ffn_down_exps.weight", "blk.1.ffn_up_shexp.weight")
+             if not np.array_equal(np.asarray(tg[n].data), np.asarray(tp[n].data))]
+    kept = np.array_equal(np.asarray(tg["blk.0.attn_k_b.weight"].data), np.asarray(tp["blk.0.attn_k_b.weight"].data))
+    # 4 attention linears x 3 layers, attn_v_b x 3 (kv_b's rows written split), 3 dense, 2 x 3 shared, 2 x 3 stacked
+    check(j["n_calibrated"] == 27 and os.path.getsize(g) == os.path.getsize(p) and same_types and len(moved) == 3 and
+          kept, f"gguf --method gptq on deepseek2: {j['n_calibrated']} tensors calibrated (27), the plain file's "
+                f"types and size, stacked experts and shared experts rewritten ({moved}), f16 attn_k_b as planned")
+    k_g, k_p = kld(v3, g, work), kld(v3, p, work)
+    check(k_g < k_p, f"gptq blocks vs plain Q4_K_M, KLD on the calibration text: {k_g:.4f} < {k_p:.4f}")
+    # llama.cpp runs our file as it runs its own quantizer's: per-position KL
+    # between its log-softmax and ours (decode steps: activations rounded as
+    # it rounds them), median over the positions. A max is no measure here: on
+    # this random tiny MoE a rounding difference can flip a token's experts.
+    stats = {}
+    for name, f in (("gptq", g), ("plain", p)):
+        lc = llama_cpp_logits(f, work, plain_buffers=True)
+        if lc is None:
+            return
+        a = ours(f, work, "--decode", str(N_TOK - 1))
+        kl = (np.exp(lc) * (lc - a)).sum(1)
+        stats[name] = (float(np.median(kl)), float((a.argmax(1) == lc.argmax(1)).mean()))
+    (kg, ag), (kp, ap) = stats["gptq"], stats["plain"]
+    check(kg <= GPTQ_GGUF_TOL and ag >= 0.8, f"llama.cpp 0.3.36 runs the gptq deepseek2 GGUF: median KL to ours "
+                                             f"{kg:.1e} (plain file {kp:.1e}) <= {GPTQ_GGUF_TOL}, argmax agrees at "
+                                             f"{ag:.0%} of positions (plain {ap:.0%}) >= 80%")
 
 
 def gguf_case(work):
@@ -308,6 +365,7 @@ def gguf_case(work):
     for name, opts in (("prefill", []), ("prefill + decode 16", ["--decode", "16"])):
         d = np.abs(ours(gg, work, *opts) - lc).max()
         check(d <= TOL, f"ours on the GGUF ({name}) vs llama.cpp: {d:.2e} <= {TOL}")
+    gguf_gptq_case(work, v3)
     fp8 = dt.fp8_copy(v3, os.path.join(work, "v3-mla-fp8"), block=(128, 128))
     direct, cast = os.path.join(work, "direct.gguf"), os.path.join(work, "v3-mla-cast")
     dsquant("-q", "convert", fp8, "-o", direct, "--dtype", "f32")
