@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "core/strmap.h"
 #include "formats/block.h"
+#include "formats/block_deepseek.h"
 #include "formats/hf_names.h"
 #include "formats/imatrix.h"
 #include "quantizers/block_codes.h"
@@ -153,12 +154,42 @@ static dsq_status put_part(gcalib *g, const char *name, int64_t i, int e, int64_
     return DSQ_OK;
 }
 
+/* AWQ on MLA: kv_b, whose columns and value rows took folded scales, reaches
+ * the file as llama.cpp's attn_k_b / attn_v_b (the converter's split,
+ * dsq_ds_kv_b_part), each in its planned type without importance (no imatrix
+ * entry names them). kv is F32: the plan has no attn_kv_b to give it a type. */
+static dsq_status put_kv_b_split(gcalib *g, int layer, const float *kv, uint64_t nbytes)
+{
+    const dsq_arch *a = &g->m->arch;
+    int64_t H = a->n_heads, N = a->mla.qk_nope_head_dim, D = a->mla.v_head_dim, L = a->mla.kv_lora_rank;
+    if (nbytes != (uint64_t)(H * (N + D) * L) * sizeof(float))
+        return dsq_fail(DSQ_ERR_INTERNAL, "gguf: layer %d: kv_b of %llu bytes", layer, (unsigned long long)nbytes);
+    for (int keys = 1; keys >= 0; keys--) {
+        char name[160];
+        snprintf(name, sizeof name, "blk.%d.%s.weight", layer, keys ? "attn_k_b" : "attn_v_b");
+        int64_t i = plan_index(g, name), rows = keys ? H * L : H * D, cols = keys ? N : L;
+        if (i < 0) return dsq_fail(DSQ_ERR_FORMAT, "gguf: %s is not in the plan", name);
+        const dsq_gguf_quantize_tensor *t = &g->plan->tensors[i];
+        float *f = malloc((size_t)(rows * cols) * sizeof *f);
+        if (!f) return dsq_fail(DSQ_ERR_NOMEM, "gguf: out of memory for %s", name);
+        dsq_ds_kv_b_part(keys, H, N, D, L, kv, f);
+        dsq_status st = grow_buf(g, t->bytes_out);
+        if (st == DSQ_OK) st = dsq_quantize(t->type_out, f, g->buf, rows, cols, NULL);
+        free(f);
+        if (st == DSQ_OK) st = spill(g, i, t->type_out, g->buf, t->bytes_out);
+        if (st != DSQ_OK) return dsq_fail_context(st, "%s", name);
+    }
+    return DSQ_OK;
+}
+
 static dsq_status put(void *user, int layer, int id, int expert, dsq_type type, const void *bytes, uint64_t nbytes)
 {
     gcalib *g = user;
     char name[160];
     linear_name(g, layer, id, name, sizeof name);
     int64_t i = plan_index(g, name), n_expert = 1;
+    if (i < 0 && g->m->block == &dsq_block_deepseek2 && id == DSQ_DS_KV_B && type == DSQ_TYPE_F32)
+        return put_kv_b_split(g, layer, bytes, nbytes);
     if (i < 0) return dsq_fail(DSQ_ERR_FORMAT, "gguf: %s is not in the plan", name);
     DSQ_TRY(stacked(g, i, name, expert, &n_expert));
     if (expert >= 0) return put_part(g, name, i, expert, n_expert, type, bytes, nbytes); /* experts: no permutation */
@@ -252,9 +283,6 @@ static dsq_status calibrate(gcalib *g, const char *in, const dsq_gguf_calib_opts
     dsq_tokenizer *tok = NULL;
     DSQ_TRY(dsq_model_open(in, &g->m));
     DSQ_TRY(dsq_block_require(g->m->block, &g->m->arch, DSQ_BLOCK_CAN_CALIBRATE, in));
-    if (g->m->arch.moe.n_routed > 0 && co->method != &dsq_method_gptq)
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s: %s into GGUF blocks does not handle MoE experts yet (%s; gptq does)",
-                        in, co->method->name, g->m->arch.hf_architecture);
     g->rows_gguf = g->m->ckpt->kind == DSQ_CKPT_GGUF;
     DSQ_TRY(dsq_tokenizer_load(in, &tok));
     dsq_status st = dsq_calib_load(&co->calib, tok, &rep->calib);

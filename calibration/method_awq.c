@@ -88,14 +88,32 @@ static int half_tail_group(const dsq_block_desc *d, int half)
     return -1;
 }
 
+/* GGUF blocks: an expert member's fake quantization under the candidate
+ * scales by its planned block type, with the importance of its unscaled
+ * columns (the expert's part of the imatrix entry, else mean x^2 of the
+ * group's captured input). */
+static dsq_status gguf_fake_expert(awq_group *gr, dsq_seq_expert *x, int k)
+{
+    dsq_type type;
+    const float *imp;
+    DSQ_TRY(dsq_seq_gguf_expert_target(x, k, &type, &imp));
+    if (!dsq_seq_gguf_is_blocks(type)) return DSQ_OK;
+    if (!imp) imp = gr->a->xsq[gr->g];
+    return dsq_awq_fake_quant_blocks(x->w[k], x->out[k], x->in[k], gr->cur, type, imp, x->w[k]);
+}
+
 /* A routed expert in an MoE loss run: its members of the group fake-quantized
  * under the candidate scales. */
 static dsq_status edit_expert(void *user, dsq_seq_expert *x)
 {
     awq_group *gr = user;
-    for (int k = 0; gr->cur && k < DSQ_INT_EXPERT_LINEARS; k++)
-        if (x->s->d->linears[x->id[k]].group == gr->g)
+    for (int k = 0; gr->cur && k < DSQ_INT_EXPERT_LINEARS; k++) {
+        if (x->s->d->linears[x->id[k]].group != gr->g) continue;
+        if (x->s->o->gguf)
+            DSQ_TRY(gguf_fake_expert(gr, x, k));
+        else
             DSQ_TRY(dsq_awq_fake_quant(x->w[k], x->out[k], x->in[k], gr->cur, &x->s->o->awq.q, x->w[k]));
+    }
     return DSQ_OK;
 }
 
@@ -403,7 +421,8 @@ static dsq_status gguf_write_layer(awq_st *a)
 {
     dsq_seq_layer *s = a->s;
     for (int id = 0; id < s->d->n_linears; id++) {
-        if (!s->present[id] || s->d->linears[id].router) continue;
+        /* the router too: MoE layers fold the MLP input scales into its columns */
+        if (!s->present[id]) continue;
         dsq_type type;
         const float *imp;
         DSQ_TRY(gguf_importance(a, id, &type, &imp));
@@ -464,25 +483,50 @@ typedef struct awq_down {
     dsq_seq_expert *x;
     const float *backup, *G; /* G NULL: the loss from act itself (fewer rows than columns) */
     const float *act;
+    /* GGUF blocks: down's planned type and the importance of its unscaled columns */
+    dsq_type type;
+    const float *imp;
 } awq_down;
+
+/* mean x^2 per column of n rows of x [n x cols] into dst; NULL for no rows. */
+static const float *mean_sq(const float *x, int64_t n, int64_t cols, float *dst)
+{
+    if (n <= 0) return NULL;
+    for (int64_t c = 0; c < cols; c++) dst[c] = 0;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t c = 0; c < cols; c++) dst[c] += x[t * cols + c] * x[t * cols + c];
+    for (int64_t c = 0; c < cols; c++) dst[c] /= (float)n;
+    return dst;
+}
 
 static dsq_status down_loss(void *user, const float *sc, double *loss)
 {
     awq_down *d = user;
     dsq_seq_expert *x = d->x;
-    DSQ_TRY(dsq_awq_fake_quant(d->backup, x->out[2], x->in[2], sc, &x->s->o->awq.q, x->w[2]));
+    if (!x->s->o->gguf)
+        DSQ_TRY(dsq_awq_fake_quant(d->backup, x->out[2], x->in[2], sc, &x->s->o->awq.q, x->w[2]));
+    else if (dsq_seq_gguf_is_blocks(d->type))
+        DSQ_TRY(dsq_awq_fake_quant_blocks(d->backup, x->out[2], x->in[2], sc, d->type, d->imp, x->w[2]));
     if (!d->G) return dsq_awq_direct_loss(d->backup, x->w[2], x->out[2], x->in[2], d->act, x->n_tok, loss);
     return dsq_awq_quad_loss(d->backup, x->w[2], x->out[2], x->in[2], d->G, x->s->o->bf16, loss);
 }
 
-/* The up -> down scales from the activations act [n x ffn], folded; act follows. */
-static dsq_status expert_down_scales(dsq_seq_expert *x, float *act, dsq_seq_report *rep)
+/* The up -> down scales from the activations act [n x ffn], folded; act
+ * follows. keep: the scales go to the caller (GGUF blocks: down's importance). */
+static dsq_status expert_down_scales(dsq_seq_expert *x, float *act, dsq_seq_report *rep, float **keep)
 {
     int64_t F = x->in[2], n = x->n_tok;
     size_t nb = (size_t)(x->out[2] * F) * sizeof(float);
-    awq_down d = {x, malloc(nb), NULL, act};
+    awq_down d = {x, malloc(nb), NULL, act, DSQ_TYPE_F32, NULL};
     float *xm = malloc((size_t)F * sizeof *xm), *wm = malloc((size_t)F * sizeof *wm), *sc = malloc((size_t)F * sizeof *sc);
-    dsq_status st = d.backup && xm && wm && sc ? DSQ_OK : dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
+    float *imp = x->s->o->gguf ? malloc((size_t)F * sizeof *imp) : NULL;
+    dsq_status st = d.backup && xm && wm && sc && (imp || !x->s->o->gguf)
+                        ? DSQ_OK
+                        : dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
+    if (st == DSQ_OK && x->s->o->gguf) {
+        st = dsq_seq_gguf_expert_target(x, 2, &d.type, &d.imp);
+        if (!d.imp) d.imp = mean_sq(act, n, F, imp);
+    }
     if (st == DSQ_OK) {
         memcpy((float *)d.backup, x->w[2], nb);
         dsq_awq_x_mean(act, n, F, xm);
@@ -501,7 +545,31 @@ static dsq_status expert_down_scales(dsq_seq_expert *x, float *act, dsq_seq_repo
         dsq_seq_expert_fold_down(x, sc);
         dsq_awq_div_cols(act, n, F, sc);
     }
-    free((float *)d.backup), free(G), free(xm), free(wm), free(sc);
+    if (st == DSQ_OK && keep) *keep = sc, sc = NULL;
+    free((float *)d.backup), free(G), free(xm), free(wm), free(sc), free(imp);
+    return st;
+}
+
+/* GGUF blocks: expert x's three linears in their planned types, with the
+ * importance of their scaled columns: the expert's part of the imatrix entry
+ * divided by the scales its weight carries (the input group's for gate/up,
+ * down_sc for down), else mean x^2 of the rows that feed it (already scaled). */
+static dsq_status gguf_expert_write(dsq_seq_expert *x, const float *act, const float *down_sc)
+{
+    int64_t widest = x->in[0] > x->in[2] ? x->in[0] : x->in[2];
+    float *buf = malloc((size_t)widest * sizeof *buf);
+    if (!buf) return dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
+    dsq_status st = DSQ_OK;
+    for (int k = 0; k < DSQ_INT_EXPERT_LINEARS && st == DSQ_OK; k++) {
+        dsq_type type;
+        const float *imp;
+        st = dsq_seq_gguf_expert_target(x, k, &type, &imp);
+        const float *sc = k == 2 ? down_sc : x->s->expert_in;
+        if (st == DSQ_OK && imp) imp = dsq_awq_scaled_importance(imp, sc, x->in[k], buf);
+        else if (st == DSQ_OK) imp = mean_sq(k == 2 ? act : x->x, x->n_tok, x->in[k], buf);
+        if (st == DSQ_OK) st = dsq_seq_gguf_expert_put(x, k, type, imp);
+    }
+    free(buf);
     return st;
 }
 
@@ -516,7 +584,15 @@ static dsq_status awq_expert(dsq_seq_expert *x, dsq_seq_report *rep)
     dsq_status st = act && tmp ? dsq_seq_expert_act(x, x->x, x->n_tok, act, tmp)
                                : dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory for an expert's activations");
     free(tmp);
-    if (st == DSQ_OK && x->ok[1] && x->ok[2] && x->n_tok > 0) st = expert_down_scales(x, act, rep);
+    float *down_sc = NULL;
+    if (st == DSQ_OK && x->ok[1] && x->ok[2] && x->n_tok > 0)
+        st = expert_down_scales(x, act, rep, x->s->o->gguf ? &down_sc : NULL);
+    if (x->s->o->gguf) { /* no clip: the block quantizers choose their ranges */
+        if (st == DSQ_OK) st = gguf_expert_write(x, act, down_sc);
+        free(down_sc);
+        free(act);
+        return st;
+    }
     dsq_intq_params p = x->s->o->q;
     p.rule = DSQ_INTQ_RULE_AWQ;
     for (int k = 0; k < DSQ_INT_EXPERT_LINEARS && st == DSQ_OK; k++) {

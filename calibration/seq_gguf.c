@@ -89,12 +89,12 @@ bool dsq_seq_gguf_is_blocks(dsq_type type)
     return qt && qt->quantize_row;
 }
 
-dsq_status dsq_seq_gguf_put(dsq_seq_layer *s, int id, dsq_type type, const float *imp)
+/* w [rows x cols] in type with importance imp, handed to put as (layer, id,
+ * expert), then replaced by what the file holds (block types). */
+static dsq_status put_rows(const dsq_seq_opts *so, int layer, int id, int expert, const char *name, float *w,
+                           int64_t rows, int64_t cols, dsq_type type, const float *imp)
 {
-    const dsq_seq_gguf *g = s->o->gguf;
-    char name[160];
-    dsq_seq_lin_name(s, id, name, sizeof name);
-    const int64_t rows = dsq_seq_lin_out(s, id), cols = dsq_seq_lin_in(s, id);
+    const dsq_seq_gguf *g = so->gguf;
     uint64_t nbytes;
     uint8_t *buf;
     DSQ_TRY(out_buffer(name, type, rows, cols, &nbytes, &buf));
@@ -106,7 +106,7 @@ dsq_status dsq_seq_gguf_put(dsq_seq_layer *s, int id, dsq_type type, const float
     char msg[256] = "";
 #pragma omp parallel for schedule(dynamic, 16)
     for (int64_t r = 0; r < rows; r++) {
-        dsq_status e = dsq_quantize(type, s->w[id] + r * cols, buf + (size_t)r * row_bytes, 1, cols, imp);
+        dsq_status e = dsq_quantize(type, w + r * cols, buf + (size_t)r * row_bytes, 1, cols, imp);
         if (e != DSQ_OK) {
 #pragma omp critical(dsq_seq_gguf_put_error)
             if (r < bad) {
@@ -117,9 +117,32 @@ dsq_status dsq_seq_gguf_put(dsq_seq_layer *s, int id, dsq_type type, const float
     }
     dsq_status st = bad_st == DSQ_OK ? DSQ_OK : dsq_fail(bad_st, "%s: row %lld: %s", name, (long long)bad, msg);
     /* the later layers' passes see what the file holds */
-    if (st == DSQ_OK && dsq_seq_gguf_is_blocks(type)) st = dsq_dequantize(type, buf, s->w[id], rows, cols);
-    if (st == DSQ_OK) st = g->put(g->user, s->l, id, -1, type, buf, nbytes);
-    if (st == DSQ_OK) s->has_gguf[id] = true;
+    if (st == DSQ_OK && dsq_seq_gguf_is_blocks(type)) st = dsq_dequantize(type, buf, w, rows, cols);
+    if (st == DSQ_OK) st = g->put(g->user, layer, id, expert, type, buf, nbytes);
     free(buf);
     return st;
+}
+
+dsq_status dsq_seq_gguf_put(dsq_seq_layer *s, int id, dsq_type type, const float *imp)
+{
+    char name[160];
+    dsq_seq_lin_name(s, id, name, sizeof name);
+    DSQ_TRY(put_rows(s->o, s->l, id, -1, name, s->w[id], dsq_seq_lin_out(s, id), dsq_seq_lin_in(s, id), type, imp));
+    s->has_gguf[id] = true;
+    return DSQ_OK;
+}
+
+dsq_status dsq_seq_gguf_expert_target(const dsq_seq_expert *x, int k, dsq_type *type, const float **importance)
+{
+    const dsq_seq_gguf *g = x->s->o->gguf;
+    return g->target(g->user, x->s->l, x->id[k], x->e, type, importance);
+}
+
+dsq_status dsq_seq_gguf_expert_put(dsq_seq_expert *x, int k, dsq_type type, const float *imp)
+{
+    char name[192];
+    dsq_seq_expert_name(x, k, name, sizeof name);
+    DSQ_TRY(put_rows(x->s->o, x->s->l, x->id[k], x->e, name, x->w[k], x->out[k], x->in[k], type, imp));
+    x->has_gguf[k] = true;
+    return DSQ_OK;
 }

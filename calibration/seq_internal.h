@@ -141,6 +141,10 @@ struct dsq_seq_expert;
 /* GPTQ of expert x's linear k into the GGUF blocks of its stacked tensor
  * (seq_gguf.c): bytes to put as expert x->e, x->w[k] their dequantized values. */
 dsq_status dsq_seq_gguf_expert(struct dsq_seq_expert *x, int k, const dsq_hessian *H, struct dsq_seq_report *rep);
+/* AWQ: dsq_seq_gguf_target and dsq_seq_gguf_put for expert x's linear k (its
+ * importance: expert x->e's columns of the stacked entry). */
+dsq_status dsq_seq_gguf_expert_target(const struct dsq_seq_expert *x, int k, dsq_type *type, const float **importance);
+dsq_status dsq_seq_gguf_expert_put(struct dsq_seq_expert *x, int k, dsq_type type, const float *imp);
 /* GPTQ of a routed expert: gate and up from its rows, down from the
  * activations of the quantized gate and up (x->q). */
 dsq_status dsq_seq_gptq_expert(struct dsq_seq_expert *x, struct dsq_seq_report *rep);

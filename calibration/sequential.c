@@ -167,9 +167,6 @@ static dsq_status check_opts(const dsq_model *m, const dsq_calib_set *calib, con
     if (o->method->check) DSQ_TRY(o->method->check(o));
     if (o->gguf && o->method != &dsq_method_gptq && o->method != &dsq_method_awq)
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s cannot write GGUF blocks (gptq and awq can)", o->method->name);
-    if (o->gguf && m->arch.moe.n_routed > 0 && o->method != &dsq_method_gptq)
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s into GGUF blocks does not handle MoE experts yet (%s; gptq does)",
-                        o->method->name, m->arch.hf_architecture);
     if (m->arch.moe.n_routed > 0 && !o->method->expert)
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s does not calibrate MoE experts yet (%s)",
                         o->method->name, m->arch.hf_architecture);

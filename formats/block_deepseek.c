@@ -7,6 +7,8 @@
  * one 3-D tensor). The forward is runtime/block_deepseek.c. */
 #include "formats/block_deepseek.h"
 
+#include <string.h>
+
 #include "formats/block.h"
 
 enum { NORM_ATTN = DSQ_DS_NORM_ATTN, NORM_FFN = DSQ_DS_NORM_FFN, NORM_QA = DSQ_DS_NORM_QA, NORM_KVA = DSQ_DS_NORM_KVA };
@@ -84,3 +86,16 @@ static const dsq_block_linear g_linears[] = {
 const dsq_block_desc dsq_block_deepseek2 = {"deepseek2", N(g_norms), N(g_linears),
                                             N(g_groups), 2,          g_norms,
                                             g_linears,   g_groups,   DSQ_BLOCK_CAN_CALIBRATE | DSQ_BLOCK_CAN_GGUF};
+
+void dsq_ds_kv_b_part(bool keys, int64_t H, int64_t N, int64_t D, int64_t L, const float *kv, float *dst)
+{
+    const int64_t W = N + D;
+    for (int64_t h = 0; h < H; h++) {
+        const float *kh = kv + h * W * L; /* rows: N keys, then D values, each of L */
+        if (keys)
+            for (int64_t c = 0; c < L; c++)
+                for (int64_t d = 0; d < N; d++) dst[(h * L + c) * N + d] = kh[d * L + c];
+        else
+            memcpy(dst + h * D * L, kh + N * L, (size_t)(D * L) * sizeof *dst);
+    }
+}

@@ -4,6 +4,9 @@
 #ifndef DSQ_FORMATS_BLOCK_DEEPSEEK_H
 #define DSQ_FORMATS_BLOCK_DEEPSEEK_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 enum { DSQ_DS_NORM_ATTN = 0, DSQ_DS_NORM_FFN, DSQ_DS_NORM_QA, DSQ_DS_NORM_KVA };
 enum {
     DSQ_DS_Q = 0, /* plain q_proj (q_lora_rank 0) */
@@ -34,6 +37,12 @@ enum {
     DSQ_DS_G_SH_OUT,
     DSQ_DS_G_MLP_OUT
 };
+
+/* llama.cpp's split of kv_b_proj [H (N + D), L] (per head N key rows, then D
+ * value rows, each of the L latent columns): keys = true gives attn_k_b
+ * [H, L, N] (each head's key rows transposed), false attn_v_b [H, D, L] (its
+ * value rows as they are). dst holds H * L * N or H * D * L floats. */
+void dsq_ds_kv_b_part(bool keys, int64_t H, int64_t N, int64_t D, int64_t L, const float *kv, float *dst);
 
 /* The router's selection bias (noaux_tc): after "model.layers.N." / "blk.N.". */
 #define DSQ_DS_ROUTER_BIAS_HF "mlp.gate.e_score_correction_bias"

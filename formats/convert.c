@@ -665,14 +665,7 @@ static dsq_status ds_kv_b_f32(streamer *s, const plan_item *it, float *dst)
     float *kv = malloc((size_t)(H * W * L) * sizeof *kv);
     if (!kv) return dsq_fail(DSQ_ERR_NOMEM, "out of memory for %s", t.name);
     dsq_status st = ds_rows(s, &t, has_sc ? &sc : NULL, 0, H * W, kv);
-    for (int64_t h = 0; st == DSQ_OK && h < H; h++) {
-        const float *kh = kv + h * W * L; /* rows: N keys, then D values, each of L */
-        if (it->op == OP_KB)
-            for (int64_t c = 0; c < L; c++)
-                for (int64_t d = 0; d < N; d++) dst[(h * L + c) * N + d] = kh[d * L + c];
-        else
-            memcpy(dst + h * D * L, kh + N * L, (size_t)(D * L) * sizeof *dst);
-    }
+    if (st == DSQ_OK) dsq_ds_kv_b_part(it->op == OP_KB, H, N, D, L, kv, dst);
     free(kv);
     return st;
 }

@@ -58,11 +58,12 @@ tiny random models (tests/integration/deepseek_tiny.py):
            a DeepseekV3 config; `dsquant gguf` Q4_K_M and Q6_K of the BF16
            GGUF give llama.cpp 0.3.36's llama_model_quantize tensor types and
            bytes (its newer revision moves general.file_type to the end of the
-           keys; the key set is compared). `dsquant gguf --method gptq`
-           Q4_K_M: the plain file's types and size, 27 tensors calibrated
-           (every expert of a stacked tensor on its own routed tokens), KLD
-           below the plain file's on the calibration text, and llama.cpp runs
-           it as it runs the plain one (median per-position KL to ours; its
+           keys; the key set is compared). `dsquant gguf --method gptq|awq`
+           Q4_K_M: the plain file's types and size, every expert of a stacked
+           tensor calibrated on its own routed tokens, AWQ's MLP scales in the
+           norm and the router's columns (router x norm unchanged), KLD below
+           the plain file's on the calibration text, and llama.cpp runs each
+           as it runs the plain one (median per-position KL to ours; its
            extra buffer types are off: they abort on these tiny quantized
            files, the plain one included).
            AWQ (AutoAWQ folder) quantizes every expert and folds the MLP input
@@ -312,41 +313,55 @@ def llama_cpp_logits(gguf, work, plain_buffers=False):
 GPTQ_GGUF_TOL = 0.01
 
 
-def gguf_gptq_case(work, v3):
-    """GPTQ into GGUF blocks on the MoE model: every expert of a stacked tensor
-    calibrated on its own routed tokens and written in its part of the tensor."""
-    g, p = os.path.join(work, "v3-gptq.gguf"), os.path.join(work, "v3-plain.gguf")
-    j = json.loads(dsquant("-q", "gguf", v3, "-o", g, "--type", "Q4_K_M", "--method", "gptq", *Q[2:], "--json"))
-    dsquant("-q", "gguf", v3, "-o", p, "--type", "Q4_K_M")
+def gguf_method_case(work, v3, method, plain):
+    """GPTQ or AWQ into GGUF blocks on the MoE model: every expert of a stacked
+    tensor calibrated on its own routed tokens and written in its part of the
+    tensor; AWQ's scales folded into the norms, the router's columns and
+    kv_b (written split as attn_k_b / attn_v_b)."""
+    g = os.path.join(work, f"v3-{method}.gguf")
+    j = json.loads(dsquant("-q", "gguf", v3, "-o", g, "--type", "Q4_K_M", "--method", method, *Q[2:], "--json"))
     from gguf import GGUFReader
     tg = {t.name: t for t in GGUFReader(g).tensors}
-    tp = {t.name: t for t in GGUFReader(p).tensors}
+    tp = {t.name: t for t in GGUFReader(plain).tensors}
     same_types = set(tg) == set(tp) and all(tg[n].tensor_type == tp[n].tensor_type for n in tg)
     moved = [n for n in ("blk.1.ffn_gate_exps.weight", "blk.2.ffn_down_exps.weight", "blk.1.ffn_up_shexp.weight")
              if not np.array_equal(np.asarray(tg[n].data), np.asarray(tp[n].data))]
-    kept = np.array_equal(np.asarray(tg["blk.0.attn_k_b.weight"].data), np.asarray(tp["blk.0.attn_k_b.weight"].data))
-    # 4 attention linears x 3 layers, attn_v_b x 3 (kv_b's rows written split), 3 dense, 2 x 3 shared, 2 x 3 stacked
-    check(j["n_calibrated"] == 27 and os.path.getsize(g) == os.path.getsize(p) and same_types and len(moved) == 3 and
-          kept, f"gguf --method gptq on deepseek2: {j['n_calibrated']} tensors calibrated (27), the plain file's "
-                f"types and size, stacked experts and shared experts rewritten ({moved}), f16 attn_k_b as planned")
-    k_g, k_p = kld(v3, g, work), kld(v3, p, work)
-    check(k_g < k_p, f"gptq blocks vs plain Q4_K_M, KLD on the calibration text: {k_g:.4f} < {k_p:.4f}")
+    # quantized tensors provided: gptq 4 attention linears x 3 layers, 3 dense, 2 x 3 shared, 2 x 3 stacked
+    # (kv_b has no planned type, so its split attn_k_b / attn_v_b come from the source); awq also writes
+    # attn_k_b / attn_v_b from kv_b, which carries folded scales (33; the F32 routers are not counted)
+    want = 27 if method == "gptq" else 33
+    check(j["n_calibrated"] == want and os.path.getsize(g) == os.path.getsize(plain) and same_types and
+          len(moved) == 3, f"gguf --method {method} on deepseek2: {j['n_calibrated']} tensors calibrated ({want}), "
+                           f"the plain file's types and size, stacked and shared experts rewritten ({moved})")
+    if method == "awq":
+        f = lambda n, t=tg: np.asarray(t[n].data, dtype=np.float64)
+        d = max(np.abs(f(f"blk.{l}.ffn_gate_inp.weight") * f(f"blk.{l}.ffn_norm.weight") -
+                       f(f"blk.{l}.ffn_gate_inp.weight", tp) * f(f"blk.{l}.ffn_norm.weight", tp)).max() /
+                np.abs(f(f"blk.{l}.ffn_gate_inp.weight", tp) * f(f"blk.{l}.ffn_norm.weight", tp)).max()
+                for l in (1, 2))
+        moved_norm = max(np.abs(f(f"blk.{l}.ffn_norm.weight") / f(f"blk.{l}.ffn_norm.weight", tp) - 1).max()
+                         for l in (1, 2))
+        check(d <= 1e-5 and moved_norm > 1e-3, f"awq: the router's columns took the MLP norm's scales (router x norm "
+                                               f"within {d:.1e} of the source, the norm moved by up to "
+                                               f"{moved_norm:.1%})")
+    k_m, k_p = kld(v3, g, work), kld(v3, plain, work)
+    check(k_m < k_p, f"{method} blocks vs plain Q4_K_M, KLD on the calibration text: {k_m:.4f} < {k_p:.4f}")
     # llama.cpp runs our file as it runs its own quantizer's: per-position KL
     # between its log-softmax and ours (decode steps: activations rounded as
     # it rounds them), median over the positions. A max is no measure here: on
     # this random tiny MoE a rounding difference can flip a token's experts.
     stats = {}
-    for name, f in (("gptq", g), ("plain", p)):
+    for name, f in ((method, g), ("plain", plain)):
         lc = llama_cpp_logits(f, work, plain_buffers=True)
         if lc is None:
             return
         a = ours(f, work, "--decode", str(N_TOK - 1))
         kl = (np.exp(lc) * (lc - a)).sum(1)
         stats[name] = (float(np.median(kl)), float((a.argmax(1) == lc.argmax(1)).mean()))
-    (kg, ag), (kp, ap) = stats["gptq"], stats["plain"]
-    check(kg <= GPTQ_GGUF_TOL and ag >= 0.8, f"llama.cpp 0.3.36 runs the gptq deepseek2 GGUF: median KL to ours "
-                                             f"{kg:.1e} (plain file {kp:.1e}) <= {GPTQ_GGUF_TOL}, argmax agrees at "
-                                             f"{ag:.0%} of positions (plain {ap:.0%}) >= 80%")
+    (km, am), (kp, ap) = stats[method], stats["plain"]
+    check(km <= GPTQ_GGUF_TOL and am >= 0.8, f"llama.cpp 0.3.36 runs the {method} deepseek2 GGUF: median KL to ours "
+                                             f"{km:.1e} (plain file {kp:.1e}) <= {GPTQ_GGUF_TOL}, argmax agrees at "
+                                             f"{am:.0%} of positions (plain {ap:.0%}) >= 80%")
 
 
 def gguf_case(work):
@@ -365,7 +380,10 @@ def gguf_case(work):
     for name, opts in (("prefill", []), ("prefill + decode 16", ["--decode", "16"])):
         d = np.abs(ours(gg, work, *opts) - lc).max()
         check(d <= TOL, f"ours on the GGUF ({name}) vs llama.cpp: {d:.2e} <= {TOL}")
-    gguf_gptq_case(work, v3)
+    plain = os.path.join(work, "v3-plain.gguf")
+    dsquant("-q", "gguf", v3, "-o", plain, "--type", "Q4_K_M")
+    for method in ("gptq", "awq"):
+        gguf_method_case(work, v3, method, plain)
     fp8 = dt.fp8_copy(v3, os.path.join(work, "v3-mla-fp8"), block=(128, 128))
     direct, cast = os.path.join(work, "direct.gguf"), os.path.join(work, "v3-mla-cast")
     dsquant("-q", "convert", fp8, "-o", direct, "--dtype", "f32")
