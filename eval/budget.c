@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "datasets/registry.h"
 #include "eval/kld.h"
+#include "eval/model_swap.h"
 #include "quantizers/qtypes.h"
 #include "runtime/forward.h"
 #include "runtime/model.h"
@@ -45,6 +46,11 @@ struct dsq_budget {
     double combine; /* measured KLD of all groups at once / the sum of theirs */
     dsq_tokens ids;
     int32_t bos;
+    /* the base model loaded once: each group's tensors swapped in memory (eval/model_swap.h) */
+    dsq_model *mem;
+    const dsq_imatrix *im;
+    dsq_imatrix *im_owned;
+    size_t n_in_memory; /* group measurements made without a scratch file */
 };
 
 int dsq_budget_default_candidates(dsq_type *out, int cap)
@@ -297,16 +303,59 @@ dsq_status dsq_budget_check(const dsq_budget *b, const char *gguf, double *kld)
     return st;
 }
 
+static bool in_group(const dsq_budget_tensor *t, size_t gi) { return gi == SIZE_MAX || (size_t)t->group == gi; }
+
+/* The same as group_kld_file without a file: the loaded base model with the
+ * group's tensors swapped for their reference-type copies, on a new context
+ * (MLA's absorbed heads are derived per context). *done: false when a tensor
+ * is not one the swap handles (the caller writes the file instead). */
+static dsq_status group_kld_memory(dsq_budget *b, size_t gi, double *kld, bool *done)
+{
+    *done = false;
+    if (!b->mem) {
+        if (!b->gopt.imatrix && b->gopt.imatrix_file) DSQ_TRY(dsq_imatrix_load(b->gopt.imatrix_file, &b->im_owned));
+        b->im = b->gopt.imatrix ? b->gopt.imatrix : b->im_owned;
+        DSQ_TRY(dsq_model_open(b->in, &b->mem));
+    }
+    for (size_t i = 0; i < b->n; i++)
+        if (in_group(&b->t[i], gi) && !dsq_swap_supported(b->mem, b->t[i].name)) return DSQ_OK;
+    dsq_swap *sw = NULL;
+    dsq_status st = DSQ_OK;
+    for (size_t i = 0; i < b->n && st == DSQ_OK; i++)
+        if (in_group(&b->t[i], gi)) st = dsq_swap_tensor(b->mem, &sw, b->t[i].name, b->t[i].options[b->t[i].ref].type, b->im);
+    dsq_ctx *c = NULL;
+    if (st == DSQ_OK) st = dsq_ctx_new(b->mem, b->bo.ctx, b->bo.threads, &c);
+    dsq_kld_opts o = kld_opts(b);
+    dsq_kld_result r;
+    if (st == DSQ_OK) st = dsq_kld_from_file(b->base_path, c, b->ids.ids, (int64_t)b->ids.n, &o, &r);
+    dsq_ctx_free(c);
+    dsq_swap_restore(b->mem, sw);
+    if (st == DSQ_OK) *kld = r.kld, *done = true, b->n_in_memory++;
+    return st;
+}
+
 /* KLD with only group gi quantized (at each tensor's reference type), or
- * every group at once (gi == SIZE_MAX). */
+ * every group at once (gi == SIZE_MAX), in memory where the swap handles every
+ * tensor of the group, else through a scratch GGUF. */
+static dsq_status group_kld_file(dsq_budget *b, size_t gi, double *kld);
+
 static dsq_status group_kld(dsq_budget *b, size_t gi, double *kld)
+{
+    bool done = false;
+    /* DSQ_BUDGET_FILES=1: scratch files only, so that tests can compare the two ways on any model */
+    const char *files = getenv("DSQ_BUDGET_FILES");
+    if (!files || strcmp(files, "1")) DSQ_TRY(group_kld_memory(b, gi, kld, &done));
+    return done ? DSQ_OK : group_kld_file(b, gi, kld);
+}
+
+static dsq_status group_kld_file(dsq_budget *b, size_t gi, double *kld)
 {
     dsq_gguf_tensor_type *tt = malloc(b->plan->n_tensors * sizeof *tt);
     if (!tt) return dsq_fail(DSQ_ERR_NOMEM, "budget: out of memory");
     size_t n = 0;
     for (size_t i = 0; i < b->n; i++) {
         const dsq_budget_tensor *t = &b->t[i];
-        bool in = gi == SIZE_MAX || (size_t)t->group == gi;
+        bool in = in_group(t, gi);
         tt[n++] = (dsq_gguf_tensor_type){t->name, in ? t->options[t->ref].type : t->kept};
     }
     dsq_gguf_quantize_options o = b->gopt;
@@ -412,6 +461,8 @@ void dsq_budget_free(dsq_budget *b)
 {
     if (!b) return;
     if (b->base_written) unlink(b->base_path);
+    dsq_model_close(b->mem);
+    dsq_imatrix_free(b->im_owned);
     for (size_t i = 0; i < b->n; i++) free(b->t[i].name);
     free(b->t);
     free(b->g);
@@ -550,3 +601,14 @@ dsq_status dsq_budget_predict(const dsq_budget *b, const dsq_gguf_quantize_repor
     }
     return DSQ_OK;
 }
+
+dsq_status dsq_budget_group_kld(dsq_budget *b, size_t gi, bool file, double *kld)
+{
+    if (gi != SIZE_MAX && gi >= b->n_groups) return dsq_fail(DSQ_ERR_ARG, "budget: no group %zu", gi);
+    if (file) return group_kld_file(b, gi, kld);
+    bool done;
+    DSQ_TRY(group_kld_memory(b, gi, kld, &done));
+    return done ? DSQ_OK : dsq_fail(DSQ_ERR_UNSUPPORTED, "budget: group %zu has a tensor the swap cannot replace", gi);
+}
+
+size_t dsq_budget_n_in_memory(const dsq_budget *b) { return b->n_in_memory; }

@@ -21,8 +21,15 @@
  *     reference over the sum of the groups' KLDs (the check after writing
  *     measures how well that holds).
  * Then quantizers/alloc.h picks the types (exact multiple-choice knapsack).
- * The scratch files (one GGUF per group, the base log-probs) live next to
- * the output and are removed.
+ * Each group is measured on the base model loaded once, its tensors swapped
+ * for in-memory copies made as the GGUF quantizer makes them
+ * (eval/model_swap.h; no whole-model file per group); a group with a tensor
+ * the swap does not know is measured through a scratch GGUF instead, which
+ * also carries the tensors outside the budget in their planned types (memory
+ * leaves them as in the base: "only that group quantized"). DSQ_BUDGET_FILES=1
+ * takes the scratch files for every group (tests compare the two). The
+ * scratch files (such GGUFs, the base log-probs) live next to the output and
+ * are removed.
  *
  * A target no candidate set can meet (below the smallest file, a KLD below
  * what the largest types predict) fails with one line naming the least
@@ -135,5 +142,11 @@ dsq_status dsq_budget_predict(const dsq_budget *b, const dsq_gguf_quantize_repor
 
 /* Mean KLD of a written GGUF from the base on the calibration chunks. */
 dsq_status dsq_budget_check(const dsq_budget *b, const char *gguf, double *kld);
+
+/* Group gi's KLD (SIZE_MAX: every group at once) measured again, through a
+ * scratch GGUF (file) or in memory; the two agree (tests/test_budget.c). */
+dsq_status dsq_budget_group_kld(dsq_budget *b, size_t gi, bool file, double *kld);
+/* Group measurements made in memory so far. */
+size_t dsq_budget_n_in_memory(const dsq_budget *b);
 
 #endif

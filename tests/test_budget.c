@@ -139,6 +139,36 @@ static void test_sensitivities(void **state)
     }
 }
 
+/* The groups were measured in memory (eval/model_swap.h), each giving the
+ * KLD a scratch GGUF with its tensors gives, to the bit: the embedding (tied
+ * to the head), a linear group and every group at once; a measurement after
+ * the file's gives the same again (nothing stayed swapped). */
+static void test_in_memory_equals_file(void **state)
+{
+    fixture *f = *state;
+    if (!f) DSQ_TEST_SKIP();
+    assert_int_equal(dsq_budget_n_in_memory(f->b), dsq_budget_n_groups(f->b) + 1);
+    size_t embd = SIZE_MAX, lin = SIZE_MAX;
+    for (size_t g = 0; g < dsq_budget_n_groups(f->b); g++) {
+        const char *name = dsq_budget_group_at(f->b, g)->name;
+        if (!strcmp(name, "token_embd.weight")) embd = g;
+        if (strstr(name, "ffn_down")) lin = g;
+    }
+    assert_true(embd != SIZE_MAX && lin != SIZE_MAX);
+    const size_t groups[] = {embd, lin, SIZE_MAX};
+    for (size_t k = 0; k < 3; k++) {
+        double mem = -1, file = -2, again = -3;
+        assert_int_equal(dsq_budget_group_kld(f->b, groups[k], false, &mem), DSQ_OK);
+        assert_int_equal(dsq_budget_group_kld(f->b, groups[k], true, &file), DSQ_OK);
+        assert_int_equal(dsq_budget_group_kld(f->b, groups[k], false, &again), DSQ_OK);
+        if (!(mem == file && again == mem && mem > 0))
+            fail_msg("group %zu: in memory %.17g, scratch file %.17g, in memory again %.17g", groups[k], mem, file,
+                     again);
+        if (groups[k] != SIZE_MAX) assert_true(dsq_budget_group_at(f->b, groups[k])->kld == mem);
+    }
+    assert_int_equal(dsq_budget_group_kld(f->b, 99, false, &(double){0}), DSQ_ERR_ARG);
+}
+
 static void test_size_budgets(void **state)
 {
     fixture *f = *state;
@@ -289,6 +319,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sensitivities),
+        cmocka_unit_test(test_in_memory_equals_file),
         cmocka_unit_test(test_size_budgets),
         cmocka_unit_test(test_against_mix_and_kld_limit),
         cmocka_unit_test(test_cli),

@@ -364,6 +364,25 @@ def gguf_method_case(work, v3, method, plain):
                                              f"{am:.0%} of positions (plain {ap:.0%}) >= 80%")
 
 
+def budget_case(work, gg):
+    """The budget's group KLDs measured in memory (stacked experts, the shared
+    experts, MLA's attn_v_b swapped in the loaded model) against scratch GGUFs
+    (DSQ_BUDGET_FILES=1). The files also carry the tensors outside the budget
+    in their planned types (attn_k_b's f16 here, 16 wide: no candidate fits),
+    which memory leaves as in the base: the two agree within 1e-3, not to the bit."""
+    runs = []
+    for files in ("0", "1"):
+        out = os.path.join(work, f"budget-{files}.gguf")
+        js = dsquant("-q", "gguf", gg, "-o", out, "--type", "Q4_K_M", "--target-bpw", "6", "--calib", CALIB,
+                     "--budget-chunks", "2", "--budget-ctx", "64", "--json", env={**os.environ, "DSQ_BUDGET_FILES": files})
+        runs.append({g["name"]: g["kld"] for g in json.loads(js)["budget"]["groups"]})
+    mem, files = runs
+    worst = max(abs(mem[n] - files[n]) / files[n] for n in files)
+    check(set(mem) == set(files) and {"ffn_gate_exps.weight", "attn_v_b.weight"} <= set(mem) and worst <= 1e-3,
+          f"budget groups measured in memory vs through scratch GGUFs: {len(mem)} groups, worst relative "
+          f"difference {worst:.1e} <= 1e-3")
+
+
 def gguf_case(work):
     smol = os.path.join(work, "smol")
     if not os.path.exists(smol):
@@ -384,6 +403,7 @@ def gguf_case(work):
     dsquant("-q", "gguf", v3, "-o", plain, "--type", "Q4_K_M")
     for method in ("gptq", "awq"):
         gguf_method_case(work, v3, method, plain)
+    budget_case(work, gg)
     fp8 = dt.fp8_copy(v3, os.path.join(work, "v3-mla-fp8"), block=(128, 128))
     direct, cast = os.path.join(work, "direct.gguf"), os.path.join(work, "v3-mla-cast")
     dsquant("-q", "convert", fp8, "-o", direct, "--dtype", "f32")
