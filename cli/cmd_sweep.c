@@ -437,7 +437,6 @@ static dsq_status evaluate(sweep *w, cJSON *r, const char *name, const char *fil
     char *c = command_line(&s);
     if (c) cJSON_AddStringToObject(r, "eval_command", c);
     free(c);
-    if (dsq_is_dir(w->a->model)) return DSQ_OK; /* per-layer errors need a GGUF base */
     dsq_layer_error *e = NULL;
     size_t n = 0;
     DSQ_TRY(dsq_layer_errors(w->a->model, file, w->im, &e, &n));

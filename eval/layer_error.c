@@ -6,7 +6,9 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "core/fileio.h"
 #include "formats/gguf.h"
+#include "formats/gguf_quantize.h"
 #include "quantizers/qtypes.h"
 
 typedef struct acc {
@@ -71,6 +73,68 @@ static dsq_status compare(const dsq_gguf *gb, uint64_t ib, const dsq_gguf *gq, u
     return DSQ_OK;
 }
 
+static int layer_of(const char *name)
+{
+    int layer = -1;
+    if (sscanf(name, "blk.%d.", &layer) != 1 || layer < 0) layer = -1;
+    return layer;
+}
+
+/* A Hugging Face base: its tensors as the GGUF quantizer sees them (F32, named,
+ * ordered and stacked as in the file: q/k rows permuted, experts stacked, MLA's
+ * kv_b split), each compared with the quantized file's tensor of that name. */
+typedef struct hf_walk {
+    const dsq_gguf *gq;
+    acc *a;
+} hf_walk;
+
+static dsq_status visit_hf(void *user, const dsq_gguf_quantize_tensor *t, const float *x, const float *w)
+{
+    hf_walk *h = user;
+    int64_t iq = dsq_gguf_find_tensor(h->gq, t->name);
+    if (iq < 0) return DSQ_OK;
+    const dsq_gguf_tensor_info *q = &h->gq->tensors[iq];
+    const dsq_type_info *ti = dsq_type_get((int)q->type);
+    bool same = ti && ti->quantized && (int)q->n_dims == t->n_dims;
+    for (int d = 0; same && d < t->n_dims; d++) same = (int64_t)q->ne[d] == t->ne[d];
+    if (!same) return DSQ_OK;
+    dsq_tensor vq;
+    DSQ_TRY(dsq_gguf_tensor(h->gq, (uint64_t)iq, &vq));
+    int64_t ne0 = t->ne[0], ne1 = t->n_dims > 1 ? t->ne[1] : 1, rows = 1;
+    for (int d = 1; d < t->n_dims; d++) rows *= t->ne[d];
+    size_t rq = (size_t)(ne0 / ti->block_elems) * ti->block_bytes;
+    float *y = malloc((size_t)ne0 * sizeof *y);
+    dsq_layer_error *e = slot(h->a, layer_of(t->name));
+    if (!y || !e) {
+        free(y);
+        return dsq_fail(DSQ_ERR_NOMEM, "layer errors: tensor %s: out of memory", t->name);
+    }
+    dsq_status st = DSQ_OK;
+    for (int64_t r = 0; st == DSQ_OK && r < rows; r++) {
+        st = dsq_dequantize(vq.type, (const uint8_t *)vq.data + (size_t)r * rq, y, 1, ne0);
+        const float *xr = x + r * ne0, *wr = w ? w + ((r / ne1) % (t->n_dims > 2 ? t->ne[2] : 1)) * ne0 : NULL;
+        for (int64_t j = 0; st == DSQ_OK && j < ne0; j++) {
+            double c = wr ? wr[j] : 1.0, d = (double)xr[j] - (double)y[j];
+            e->err += c * d * d;
+            e->norm += c * (double)xr[j] * (double)xr[j];
+        }
+    }
+    free(y);
+    if (st != DSQ_OK) return dsq_fail_context(st, "layer errors: tensor %s", t->name);
+    e->n_tensors++;
+    return DSQ_OK;
+}
+
+static dsq_status walk_hf(const char *base, const dsq_gguf *gq, const dsq_imatrix *im, acc *a)
+{
+    /* any plan that quantizes every matrix; its types do not matter, only its
+     * walk: the values are the source's */
+    dsq_gguf_quantize_options o = dsq_gguf_quantize_defaults(DSQ_FTYPE_Q8_0);
+    o.imatrix = im;
+    hf_walk h = {gq, a};
+    return dsq_gguf_quantize_visit(base, &o, visit_hf, &h);
+}
+
 static dsq_status walk(const dsq_gguf *gb, const dsq_gguf *gq, const dsq_imatrix *im, acc *a)
 {
     for (uint64_t iq = 0; iq < gq->n_tensors; iq++) {
@@ -80,9 +144,7 @@ static dsq_status walk(const dsq_gguf *gb, const dsq_gguf *gq, const dsq_imatrix
         if (ib < 0 || !ti || !ti->quantized || !same_shape(&gb->tensors[ib], t)) continue;
         const float *w = NULL;
         if (im) DSQ_TRY(dsq_imatrix_for_tensor(im, t->name, t->ne[0], t->n_dims > 2 ? t->ne[2] : 1, &w));
-        int layer = -1;
-        if (sscanf(t->name, "blk.%d.", &layer) != 1 || layer < 0) layer = -1;
-        dsq_layer_error *e = slot(a, layer);
+        dsq_layer_error *e = slot(a, layer_of(t->name));
         if (!e) return dsq_fail(DSQ_ERR_NOMEM, "layer errors: out of memory");
         DSQ_TRY(compare(gb, (uint64_t)ib, gq, iq, w, e));
     }
@@ -96,9 +158,10 @@ dsq_status dsq_layer_errors(const char *base, const char *quant, const dsq_imatr
     *n_out = 0;
     dsq_gguf *gb = NULL, *gq = NULL;
     acc a = {0};
-    dsq_status st = dsq_gguf_open(base, &gb);
+    bool hf = dsq_is_dir(base);
+    dsq_status st = hf ? DSQ_OK : dsq_gguf_open(base, &gb);
     if (st == DSQ_OK) st = dsq_gguf_open(quant, &gq);
-    if (st == DSQ_OK) st = walk(gb, gq, im, &a);
+    if (st == DSQ_OK) st = hf ? walk_hf(base, gq, im, &a) : walk(gb, gq, im, &a);
     dsq_gguf_close(gb);
     dsq_gguf_close(gq);
     if (st != DSQ_OK) {

@@ -1,6 +1,7 @@
-/* Per-layer weight error of a quantized GGUF against its base: for each
- * tensor both files hold with the same shape and a quantized type in the
- * second, the relative error
+/* Per-layer weight error of a quantized GGUF against its base (a GGUF, or a
+ * Hugging Face folder read as the GGUF quantizer reads it: tensors named,
+ * ordered and stacked as in the file): for each tensor both hold with the
+ * same shape and a quantized type in the second, the relative error
  *   sum_rows sum_j w_j (base_ij - quant_ij)^2 / sum_rows sum_j w_j base_ij^2
  * with w the importance matrix's entry for the tensor (1 without one),
  * summed per layer (blk.N.; the tensors outside any layer under -1). The

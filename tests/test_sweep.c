@@ -32,6 +32,7 @@
 #include "core/fileio.h"
 #include "core/log.h"
 #include "core/status.h"
+#include "eval/layer_error.h"
 #include "eval/report.h"
 #include "tests/helpers/testutil.h"
 
@@ -224,6 +225,48 @@ static void check_sweep(const char *out)
     cJSON_Delete(o);
 }
 
+/* Per-layer weight errors against a Hugging Face base equal those against the
+ * same weights as an F32 GGUF: the folder's tensors are read as the GGUF
+ * quantizer reads them (q/k rows permuted into llama.cpp's order; a missed
+ * permutation would make attn_q / attn_k look wrong by orders of magnitude). */
+static void test_layer_errors_hf_base(void **state)
+{
+    (void)state;
+    char *model = dsq_test_default_model();
+    if (!model) DSQ_TEST_SKIP();
+    char *dir = dsq_test_mkdtemp();
+    char cut[4200], f32[4200], hf[4200], q[4200], cmd[40000], err[8192];
+    snprintf(cut, sizeof cut, "%s/cut.gguf", dir);
+    snprintf(f32, sizeof f32, "%s/f32.gguf", dir);
+    snprintf(hf, sizeof hf, "%s/hf", dir);
+    snprintf(q, sizeof q, "%s/q.gguf", dir);
+    dsq_log_set_level(DSQ_LOG_ERROR);
+    if (dsq_test_cut_model(model, cut, 2) != DSQ_OK) fail_msg("cut: %s", dsq_errmsg());
+    dsq_log_set_level(DSQ_LOG_INFO);
+    snprintf(cmd, sizeof cmd,
+             "'%s' -q gguf '%s' -o '%s' --type F32 --allow-requantize && '%s' -q convert '%s' -o '%s' --dtype f32 && "
+             "'%s' -q gguf '%s' -o '%s' --type Q4_K_M",
+             DSQ_BINARY, cut, f32, DSQ_BINARY, f32, hf, DSQ_BINARY, f32, q);
+    if (dsq_test_run(cmd, err, sizeof err)) fail_msg("setup: %s", err);
+    dsq_layer_error *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    assert_int_equal(dsq_layer_errors(f32, q, NULL, &a, &na), DSQ_OK);
+    assert_int_equal(dsq_layer_errors(hf, q, NULL, &b, &nb), DSQ_OK);
+    assert_int_equal(na, 3); /* -1 (embedding), 0, 1 */
+    assert_int_equal(nb, na);
+    for (size_t i = 0; i < na; i++) {
+        assert_int_equal(a[i].layer, b[i].layer);
+        assert_int_equal(a[i].n_tensors, b[i].n_tensors);
+        double ra = a[i].err / a[i].norm, rb = b[i].err / b[i].norm;
+        /* layer -1's q8_0 embedding gives back this model's Q8_0-stored one: 0 */
+        if (!((ra > 0 || a[i].layer < 0) && fabs(ra - rb) <= 1e-9 * ra))
+            fail_msg("layer %d: relative error %.12g from the GGUF base, %.12g from the HF folder", a[i].layer, ra, rb);
+    }
+    assert_int_equal(a[1].n_tensors, 7); /* every linear of layer 0 */
+    free(a), free(b), free(model);
+    dsq_test_rmtmp(dir);
+}
+
 static void test_sweep_and_page(void **state)
 {
     (void)state;
@@ -284,6 +327,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_report_page),
         cmocka_unit_test(test_report_hostile),
+        cmocka_unit_test(test_layer_errors_hf_base),
         cmocka_unit_test(test_sweep_and_page),
     };
     return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
