@@ -243,37 +243,74 @@ void dsq_gemm_bf16_pad_rows(const uint16_t *A, int64_t lda, int64_t mr, int64_t 
  * over up to AMX_KBLOCKS K blocks while it stays in the tiles, instead of
  * going to memory and back after every block (at 8192 tokens C is far past
  * the caches). Same products, same F32 accumulation, same bits. */
+/* Row blocks that take each B panel in turn while it is in L1 (a panel of a
+ * 576-deep B is 36 KiB), halving B's trips from L2 against one row block at a
+ * time; more blocks per group spread C's stores over more rows at once, which
+ * cost more than they saved at wide outputs (bench_gemm_bf16, 1 thread:
+ * groups of 2 gained 7-14% at 512-8192 tokens, of 4 and 8 lost up to 10% at
+ * 8192 x 1536 x 576). */
+#define AMX_GROUP 2
+
+/* The K blocks of rows [i0, i0 + mr) for blocks b0.. (nkb of them), padded
+ * into apad when the rows or the pair count need it. */
+static void amx_kblocks(int64_t i0, int64_t mr, int64_t b0, int64_t nkb, int64_t n_all, int64_t c0, int64_t k,
+                        const uint16_t *A, int64_t lda, const uint16_t *P, uint16_t *apad,
+                        dsq_gemm_bf16_amx_kblock *kb)
+{
+    for (int64_t b = 0; b < nkb; b++) {
+        int64_t k0 = (b0 + b) * KC, kc = k - k0 < KC ? k - k0 : KC, np = (kc + 1) / 2, npa = pad16(np);
+        const uint16_t *Ab = A + i0 * lda + k0;
+        int64_t la = lda;
+        if (mr < AMX_ROWS || np != npa) {
+            dsq_gemm_bf16_pad_rows(Ab, lda, mr, np, npa, apad + b * AMX_ROWS * KC);
+            Ab = apad + b * AMX_ROWS * KC;
+            la = 2 * npa;
+        }
+        const uint16_t *Bb = P + (size_t)(b0 + b) * block_elems(n_all) + (size_t)(c0 / NR * NR * 2 * npa);
+        kb[b] = (dsq_gemm_bf16_amx_kblock){Ab, la, Bb, npa};
+    }
+}
+
+/* Whether no whole row block needs padding (every K block's pair count a
+ * multiple of 16): then several share apad-free K block lists. */
+static bool amx_unpadded(int64_t k)
+{
+    for (int64_t k0 = 0; k0 < k; k0 += KC) {
+        int64_t kc = k - k0 < KC ? k - k0 : KC, np = (kc + 1) / 2;
+        if (np != pad16(np)) return false;
+    }
+    return true;
+}
+
 static void packed_amx(int64_t m, int64_t n_all, int64_t c0, int64_t n, int64_t k, const uint16_t *A, int64_t lda,
                        const uint16_t *P, float *C, int64_t ldc, bool accumulate, uint16_t *apad, float *ctmp)
 {
-    dsq_gemm_bf16_amx_kblock kb[AMX_KBLOCKS], kq[AMX_KBLOCKS];
-    int64_t nkb_all = kblocks_of(k);
+    dsq_gemm_bf16_amx_kblock kb[AMX_GROUP][AMX_KBLOCKS], kq[AMX_KBLOCKS];
+    int64_t nkb_all = kblocks_of(k), whole = m / AMX_ROWS;
+    int64_t group = amx_unpadded(k) ? AMX_GROUP : 1;
     dsq_gemm_bf16_amx_begin();
-    for (int64_t i0 = 0; i0 < m; i0 += AMX_ROWS) {
-        int64_t mr = m - i0 < AMX_ROWS ? m - i0 : AMX_ROWS;
+    for (int64_t i0 = 0; i0 < m;) {
+        /* whole row blocks in groups; the last, partial one on its own (it pads into apad) */
+        int64_t left = whole - i0 / AMX_ROWS, ng = left >= group ? group : left > 0 ? left : 1;
         for (int64_t b0 = 0; b0 < nkb_all; b0 += AMX_KBLOCKS) {
             int64_t nkb = nkb_all - b0 < AMX_KBLOCKS ? nkb_all - b0 : AMX_KBLOCKS;
-            for (int64_t b = 0; b < nkb; b++) {
-                int64_t k0 = (b0 + b) * KC, kc = k - k0 < KC ? k - k0 : KC, np = (kc + 1) / 2, npa = pad16(np);
-                const uint16_t *Ab = A + i0 * lda + k0;
-                int64_t la = lda;
-                if (mr < AMX_ROWS || np != npa) {
-                    dsq_gemm_bf16_pad_rows(Ab, lda, mr, np, npa, apad + b * AMX_ROWS * KC);
-                    Ab = apad + b * AMX_ROWS * KC;
-                    la = 2 * npa;
-                }
-                const uint16_t *Bb = P + (size_t)(b0 + b) * block_elems(n_all) + (size_t)(c0 / NR * NR * 2 * npa);
-                kb[b] = (dsq_gemm_bf16_amx_kblock){Ab, la, Bb, npa};
+            for (int64_t r = 0; r < ng; r++) {
+                int64_t ir = i0 + r * AMX_ROWS, mr = m - ir < AMX_ROWS ? m - ir : AMX_ROWS;
+                amx_kblocks(ir, mr, b0, nkb, n_all, c0, k, A, lda, P, apad, kb[r]);
             }
             for (int64_t q = 0; q < panels_of(n); q++) {
                 int64_t nr = n - q * NR < NR ? n - q * NR : NR;
-                for (int64_t b = 0; b < nkb; b++) {
-                    kq[b] = kb[b];
-                    kq[b].B += q * NR * 2 * kb[b].npa;
+                for (int64_t r = 0; r < ng; r++) {
+                    int64_t ir = i0 + r * AMX_ROWS, mr = m - ir < AMX_ROWS ? m - ir : AMX_ROWS;
+                    for (int64_t b = 0; b < nkb; b++) {
+                        kq[b] = kb[r][b];
+                        kq[b].B += q * NR * 2 * kb[r][b].npa;
+                    }
+                    dsq_gemm_bf16_tile_amx(nkb, kq, mr, nr, C + ir * ldc + q * NR, ldc, accumulate || b0 > 0, ctmp);
                 }
-                dsq_gemm_bf16_tile_amx(nkb, kq, mr, nr, C + i0 * ldc + q * NR, ldc, accumulate || b0 > 0, ctmp);
             }
         }
+        i0 += ng * AMX_ROWS;
     }
     dsq_gemm_bf16_amx_end();
 }
