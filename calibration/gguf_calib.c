@@ -49,16 +49,17 @@ static void linear_name(const gcalib *g, int layer, int id, char *buf, size_t ca
 
 static int64_t plan_index(const gcalib *g, const char *name) { return dsq_strmap_get(&g->by_name, name, strlen(name)); }
 
-/* Experts stacked in plan tensor i (its third dimension; 1 for a plain
- * matrix), checked against the call: an expert index needs a stacked tensor
- * with that many experts. */
-static dsq_status stacked(const gcalib *g, int64_t i, const char *name, int expert, int64_t *n_expert)
+/* Experts stacked in plan tensor i for linear id (its third dimension, for a
+ * routed-expert linear; 1 otherwise), checked against the call: an expert
+ * index goes with an expert linear whose plan tensor stacks that many. */
+static dsq_status stacked(const gcalib *g, int64_t i, int id, const char *name, int expert, int64_t *n_expert)
 {
     const dsq_gguf_quantize_tensor *t = &g->plan->tensors[i];
-    *n_expert = t->n_dims >= 3 ? t->ne[2] : 1;
-    if (expert >= 0 ? (t->n_dims < 3 || expert >= *n_expert) : t->n_dims >= 3)
-        return dsq_fail(DSQ_ERR_FORMAT, "gguf: %s: %s expert %d, the plan has %lld", name,
-                        expert >= 0 ? "calibrated" : "calibrated without", expert, (long long)*n_expert);
+    bool is_expert = g->m->block->linears[id].expert;
+    *n_expert = is_expert && t->n_dims >= 3 ? t->ne[2] : 1;
+    if (is_expert != (expert >= 0) || (is_expert && (t->n_dims < 3 || expert >= *n_expert)))
+        return dsq_fail(DSQ_ERR_FORMAT, "gguf: %s: %s expert %d, the plan stacks %lld", name,
+                        expert >= 0 ? "calibrated as" : "calibrated without an", expert, (long long)*n_expert);
     return DSQ_OK;
 }
 
@@ -71,7 +72,7 @@ static dsq_status target(void *user, int layer, int id, int expert, dsq_type *ty
     *importance = NULL;
     int64_t i = plan_index(g, name), n_expert = 1;
     if (i < 0) return DSQ_OK;
-    DSQ_TRY(stacked(g, i, name, expert, &n_expert));
+    DSQ_TRY(stacked(g, i, id, name, expert, &n_expert));
     *type = g->plan->tensors[i].type_out; /* a float type when the plan keeps it so */
     if (!g->plan->tensors[i].quantized || !g->im) return DSQ_OK;
     const int64_t ne0 = g->plan->tensors[i].ne[0];
@@ -191,7 +192,7 @@ static dsq_status put(void *user, int layer, int id, int expert, dsq_type type, 
     if (i < 0 && g->m->block == &dsq_block_deepseek2 && id == DSQ_DS_KV_B && type == DSQ_TYPE_F32)
         return put_kv_b_split(g, layer, bytes, nbytes);
     if (i < 0) return dsq_fail(DSQ_ERR_FORMAT, "gguf: %s is not in the plan", name);
-    DSQ_TRY(stacked(g, i, name, expert, &n_expert));
+    DSQ_TRY(stacked(g, i, id, name, expert, &n_expert));
     if (expert >= 0) return put_part(g, name, i, expert, n_expert, type, bytes, nbytes); /* experts: no permutation */
     DSQ_TRY(planned(g, name, type, nbytes, &i));
     const dsq_gguf_quantize_tensor *t = &g->plan->tensors[i];

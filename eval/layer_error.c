@@ -41,6 +41,16 @@ static bool same_shape(const dsq_gguf_tensor_info *a, const dsq_gguf_tensor_info
     return true;
 }
 
+/* One row's weighted squared error and norm: base x, quantized y, column weights w (NULL: 1). */
+static void add_row(dsq_layer_error *e, const float *x, const float *y, const float *w, int64_t n)
+{
+    for (int64_t j = 0; j < n; j++) {
+        double c = w ? w[j] : 1.0, d = (double)x[j] - (double)y[j];
+        e->err += c * d * d;
+        e->norm += c * (double)x[j] * (double)x[j];
+    }
+}
+
 /* Row by row, so memory stays at two rows. */
 static dsq_status compare(const dsq_gguf *gb, uint64_t ib, const dsq_gguf *gq, uint64_t iq, const float *w,
                           dsq_layer_error *e)
@@ -60,12 +70,7 @@ static dsq_status compare(const dsq_gguf *gb, uint64_t ib, const dsq_gguf *gq, u
     for (int64_t r = 0; st == DSQ_OK && r < rows; r++) {
         st = dsq_dequantize(vb.type, (const uint8_t *)vb.data + (size_t)r * rb, x, 1, ne0);
         if (st == DSQ_OK) st = dsq_dequantize(vq.type, (const uint8_t *)vq.data + (size_t)r * rq, x + ne0, 1, ne0);
-        const float *wr = w ? w + ((r / ne1) % (t->n_dims > 2 ? t->ne[2] : 1)) * ne0 : NULL;
-        for (int64_t j = 0; st == DSQ_OK && j < ne0; j++) {
-            double c = wr ? wr[j] : 1.0, d = (double)x[j] - (double)x[ne0 + j];
-            e->err += c * d * d;
-            e->norm += c * (double)x[j] * (double)x[j];
-        }
+        if (st == DSQ_OK) add_row(e, x, x + ne0, w ? w + ((r / ne1) % (t->n_dims > 2 ? t->ne[2] : 1)) * ne0 : NULL, ne0);
     }
     free(x);
     if (st != DSQ_OK) return dsq_fail_context(st, "layer errors: tensor %s", t->name);
@@ -112,12 +117,8 @@ static dsq_status visit_hf(void *user, const dsq_gguf_quantize_tensor *t, const 
     dsq_status st = DSQ_OK;
     for (int64_t r = 0; st == DSQ_OK && r < rows; r++) {
         st = dsq_dequantize(vq.type, (const uint8_t *)vq.data + (size_t)r * rq, y, 1, ne0);
-        const float *xr = x + r * ne0, *wr = w ? w + ((r / ne1) % (t->n_dims > 2 ? t->ne[2] : 1)) * ne0 : NULL;
-        for (int64_t j = 0; st == DSQ_OK && j < ne0; j++) {
-            double c = wr ? wr[j] : 1.0, d = (double)xr[j] - (double)y[j];
-            e->err += c * d * d;
-            e->norm += c * (double)xr[j] * (double)xr[j];
-        }
+        if (st == DSQ_OK)
+            add_row(e, x + r * ne0, y, w ? w + ((r / ne1) % (t->n_dims > 2 ? t->ne[2] : 1)) * ne0 : NULL, ne0);
     }
     free(y);
     if (st != DSQ_OK) return dsq_fail_context(st, "layer errors: tensor %s", t->name);
