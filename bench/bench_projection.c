@@ -284,11 +284,17 @@ static void project(const char *self, const char *work, const shape *s, const ch
                     "bench_projection: %s %s at %d threads: the larger run was not slower (noise); use more "
                     "windows, e.g. --windows 2,8\n",
                     s->name, method, thr[k]);
+        rss = b.rss_mib > rss ? b.rss_mib : rss;
+        if (slope <= 0.0) { /* no projection from noise: the runs only, and no total from them */
+            printf("| %s | %s | %d | %.1f s (%d w) | %.1f s (%d w) | fixed cost only (slope below noise) | - | - |\n",
+                   s->name, method, thr[k], a.secs, win[0], b.secs, win[1]);
+            fflush(stdout);
+            continue;
+        }
         const double fixed = a.secs - slope * win[0];
         const double layer = fixed + slope * DEFAULT_WINDOWS;
         per_thread_total[k] = layer * s->layers;
         if (thr[k] == 1) t1 = per_thread_total[k];
-        rss = b.rss_mib > rss ? b.rss_mib : rss;
         printf("| %s | %s | %d | %.1f s (%d w) | %.1f s (%d w) | %.1f + %.2f n | %.1f s | %.2f h |\n", s->name, method,
                thr[k], a.secs, win[0], b.secs, win[1], fixed, slope, layer, per_thread_total[k] / 3600.0);
         fflush(stdout);
