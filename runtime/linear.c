@@ -8,9 +8,9 @@
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
+#include "kernels/gemm_q8.h"
 #include "kernels/vec.h"
 #include "quantizers/qtypes.h"
-#include "kernels/gemm_q8.h"
 #include "runtime/cpu/qgemm_i8.h"
 #include "runtime/cpu/qgemv.h"
 
@@ -411,9 +411,10 @@ static dsq_status forward_on(const dsq_linear *W, const float *x, float *y, int 
         x = xq;
     }
     dsq_status s;
-    if (q8_paired(W, p) && (W->q8_packed || n_tok > DSQ_LINEAR_GEMV_MAX_TOKENS) && dsq_gemm_q8_simd())
+    const bool q8 = q8_paired(W, p);
+    if (q8 && (W->q8_packed || n_tok > DSQ_LINEAR_GEMV_MAX_TOKENS) && dsq_gemm_q8_simd())
         s = forward_int8(W, x, y, n_tok);
-    else if (p == PATH_GEMV || q8_paired(W, p)) /* the same arithmetic, token groups at a time */
+    else if (p == PATH_GEMV || q8) /* the same arithmetic, token groups at a time */
         s = forward_rows(W, x, y, n_tok);
     else
         s = forward_tiled(W, x, y, n_tok, p == PATH_BF16);

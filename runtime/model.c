@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fileio.h"
 #include "core/grow.h"
 #include "core/log.h"
-#include "core/fileio.h"
 #include "formats/block_deepseek.h"
 #include "formats/gguf.h"
 #include "formats/hf_names.h"
