@@ -15,9 +15,11 @@
 #include "quantizers/gptq_internal.h"
 #include "quantizers/intq_search.h"
 
-#define ROW_TILE 8   /* rows that share each streamed row of U in the batched update */
 #define CHOL_NB 64   /* Cholesky block width */
+#define CHOL_JC 256  /* columns of the trailing update per pass over the rows */
 #define INV_CHUNK 64 /* columns per task in the triangular inverse */
+#define INV_RB 64    /* rows of the inverse solved per block */
+#define INV_KC 256   /* solved rows per pass over a block's rows */
 #define COL_CHUNK 64 /* columns kept in L1 during the batched updates */
 
 /* ================================ Hessian ================================ */
@@ -163,9 +165,10 @@ dsq_status dsq_hessian_add(dsq_hessian *h, const float *x, int64_t n_rows)
     size_t cn = h->bf16 ? (size_t)h->c_threads * (size_t)n * HCOLS : (size_t)(n * n);
     if (!h->c) h->c = dsq_bigbuf_alloc(cn * sizeof *h->c);
     if (h->bf16 && !h->xtb) h->xtb = dsq_bigbuf_alloc((size_t)(n * chunk) * sizeof *h->xtb);
-    dsq_status st = h->xt && h->c && (h->xtb || !h->bf16)
-                        ? DSQ_OK
-                        : dsq_fail(DSQ_ERR_NOMEM, "hessian: out of memory for [%lld x %lld]", (long long)n, (long long)n);
+    dsq_status st =
+        h->xt && h->c && (h->xtb || !h->bf16)
+            ? DSQ_OK
+            : dsq_fail(DSQ_ERR_NOMEM, "hessian: out of memory for [%lld x %lld]", (long long)n, (long long)n);
     if (st == DSQ_OK && h->bf16) st = hessian_add_bf16(h, x, n_rows);
     for (int64_t t0 = 0; st == DSQ_OK && !h->bf16 && t0 < n_rows; t0 += HCHUNK)
         st = hessian_chunk(h, x + t0 * n, n_rows - t0 < HCHUNK ? n_rows - t0 : HCHUNK);
@@ -188,7 +191,7 @@ dsq_status dsq_hessian_finalize(dsq_hessian *h)
 #pragma omp parallel for schedule(dynamic, 16)
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = i; j < n; j++) h->h[i * n + j] *= f;
-    /* the lower triangle from the upper, in tiles so both stay in cache */
+            /* the lower triangle from the upper, in tiles so both stay in cache */
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t i0 = 0; i0 < n; i0 += 64)
         for (int64_t j0 = 0; j0 <= i0; j0 += 64)
@@ -209,6 +212,33 @@ void dsq_hessian_free(dsq_hessian *h)
 }
 
 /* ============================ factorization ============================ */
+
+/* Cholesky's trailing update after the panel [k0, k1): for every row i >= k1,
+ * ai[k1 .. i] -= sum_k ai[k0 + k] * panel_t[k][k1 .. i]. In column chunks of
+ * CHOL_JC, so a chunk of the panel (CHOL_NB x CHOL_JC doubles) stays in L2
+ * while every row below uses it; within a chunk DSQ_ROWUPD_ROWS rows at a time
+ * over their common columns, then each row's few more. Every element still
+ * takes the panel's k in ascending order: the bits do not depend on this. */
+static void trailing_update(double *a, int64_t n, int64_t k0, int64_t k1, const double *panel_t)
+{
+    const int64_t nb = k1 - k0;
+#pragma omp parallel
+    for (int64_t j0 = k1; j0 < n; j0 += CHOL_JC) {
+        const int64_t j1 = j0 + CHOL_JC < n ? j0 + CHOL_JC : n;
+#pragma omp for schedule(dynamic, 2) nowait
+        for (int64_t i = j0; i < n; i += DSQ_ROWUPD_ROWS) {
+            const int64_t nr = n - i < DSQ_ROWUPD_ROWS ? n - i : DSQ_ROWUPD_ROWS;
+            const int64_t w = (i + 1 < j1 ? i + 1 : j1) - j0;
+            double *ai = a + i * n;
+            dsq_rowupd_f64(nr, nb, w, ai + j0, n, ai + k0, n, 1, panel_t + j0, n, -1);
+            for (int64_t r = 1; r < nr; r++) {
+                const int64_t more = (i + r + 1 < j1 ? i + r + 1 : j1) - j0 - w;
+                if (more > 0)
+                    dsq_rowupd_f64(1, nb, more, ai + r * n + j0 + w, n, ai + r * n + k0, n, 1, panel_t + j0 + w, n, -1);
+            }
+        }
+    }
+}
 
 /* In-place lower Cholesky of a [n x n] (lower triangle read and written).
  * Returns -1, or the index of the first pivot that is not positive. Blocked,
@@ -241,11 +271,7 @@ static int64_t chol_lower(double *a, int64_t n, double *panel_t)
             }
             for (int64_t k = 0; k < nb; k++) panel_t[k * n + i] = ai[k0 + k];
         }
-#pragma omp parallel for schedule(dynamic, 8)
-        for (int64_t i = k1; i < n; i++) {
-            double *ai = a + i * n; /* ai[k1 .. i] -= sum_k ai[k0 + k] * panel_t[k][k1 .. i] */
-            dsq_rowupd_sub_f64(nb, i + 1 - k1, ai + k1, ai + k0, 1, panel_t + k1, n);
-        }
+        trailing_update(a, n, k0, k1, panel_t);
     }
     return -1;
 }
@@ -255,38 +281,68 @@ static int64_t chol_lower(double *a, int64_t n, double *panel_t)
  * zeroed). Each block of INV_CHUNK columns of L^-1 is an independent forward
  * substitution; a thread keeps its block's solved rows packed (n x INV_CHUNK)
  * so the inner loop reads them from cache while L's rows stream once. */
+/* Row i of L^-1, columns [c0, c0 + w) (b; NULL: zeros), into U's reversed place. */
+static void put_row(float *uf, double *ud, int64_t n, int64_t i, int64_t c0, int64_t w, const double *b)
+{
+    const int64_t r = (n - 1 - i) * n;
+    for (int64_t j = 0; j < w; j++) {
+        const double v = b ? b[j] : 0.0;
+        if (uf)
+            uf[r + n - 1 - (c0 + j)] = (float)v;
+        else
+            ud[r + n - 1 - (c0 + j)] = v;
+    }
+}
+
+/* Rows [i0, i0 + INV_RB) of L^-1's columns [c0, c0 + w), the rows before
+ * i0 solved in blk. First what every row takes from those solved rows, all
+ * rows at once, the solved rows in chunks of INV_KC so each chunk stays in L2
+ * while every row group uses it; then the rows in order, each group of
+ * DSQ_ROWUPD_ROWS with its share of this block's rows solved before it and
+ * each row with its group's. Every element sums k ascending, as one row at a
+ * time would: the bits do not depend on the blocking. */
+static void inv_rows(const double *a, int64_t n, int64_t c0, int64_t w, int64_t i0, double *blk, double *acc, float *uf,
+                     double *ud)
+{
+    const int64_t rb = n - i0 < INV_RB ? n - i0 : INV_RB;
+    memset(acc, 0, (size_t)rb * INV_CHUNK * sizeof *acc);
+    for (int64_t k0 = c0; k0 < i0; k0 += INV_KC) {
+        const int64_t kc = i0 - k0 < INV_KC ? i0 - k0 : INV_KC;
+        dsq_rowupd_f64(rb, kc, w, acc, INV_CHUNK, a + i0 * n + k0, n, 1, blk + (k0 - c0) * INV_CHUNK, INV_CHUNK, 1);
+    }
+    for (int64_t g = 0; g < rb; g += DSQ_ROWUPD_ROWS) {
+        const int64_t i = i0 + g, nr = rb - g < DSQ_ROWUPD_ROWS ? rb - g : DSQ_ROWUPD_ROWS;
+        double *ag = acc + g * INV_CHUNK;
+        dsq_rowupd_f64(nr, g, w, ag, INV_CHUNK, a + i * n + i0, n, 1, blk + (i0 - c0) * INV_CHUNK, INV_CHUNK, 1);
+        for (int64_t r = 0; r < nr; r++) {
+            const double *li = a + (i + r) * n;
+            double *bi = blk + (i + r - c0) * INV_CHUNK, *ar = ag + r * INV_CHUNK;
+            dsq_rowupd_f64(1, r, w, ar, 0, li + i, 0, 1, blk + (i - c0) * INV_CHUNK, INV_CHUNK, 1);
+            for (int64_t j = 0; j < w; j++) {
+                const int64_t col = c0 + j;
+                bi[j] = col < i + r ? -ar[j] / li[i + r] : col == i + r ? 1.0 / li[i + r] : 0.0;
+            }
+            put_row(uf, ud, n, i + r, c0, w, bi);
+        }
+    }
+}
+
 static dsq_status tri_inv_reversed(const double *a, int64_t n, float *uf, double *ud)
 {
     int oom = 0;
 #pragma omp parallel reduction(| : oom)
     {
         double *blk = malloc((size_t)n * INV_CHUNK * sizeof(double));
-        if (!blk) oom = 1;
+        double *acc = malloc((size_t)INV_RB * INV_CHUNK * sizeof(double));
+        if (!blk || !acc) oom = 1;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t c0 = 0; c0 < n; c0 += INV_CHUNK) {
-            if (!blk) continue;
+            if (!blk || !acc) continue;
             const int64_t w = c0 + INV_CHUNK < n ? INV_CHUNK : n - c0;
-            for (int64_t i = 0; i < n; i++) {
-                double acc[INV_CHUNK] = {0};
-                double *bi = blk + (i >= c0 ? i - c0 : 0) * INV_CHUNK;
-                if (i >= c0) {
-                    const double *li = a + i * n;
-                    dsq_rowupd_add_f64(i - c0, w, acc, li + c0, 1, blk, INV_CHUNK);
-                    for (int64_t j = 0; j < w; j++) {
-                        const int64_t col = c0 + j;
-                        bi[j] = col < i ? -acc[j] / li[i] : col == i ? 1.0 / li[i] : 0.0;
-                    }
-                }
-                const int64_t r = (n - 1 - i) * n;
-                for (int64_t j = 0; j < w; j++) {
-                    const double v = i >= c0 ? bi[j] : 0.0;
-                    if (uf)
-                        uf[r + n - 1 - (c0 + j)] = (float)v;
-                    else
-                        ud[r + n - 1 - (c0 + j)] = v;
-                }
-            }
+            for (int64_t i = 0; i < c0; i++) put_row(uf, ud, n, i, c0, w, NULL);
+            for (int64_t i0 = c0; i0 < n; i0 += INV_RB) inv_rows(a, n, c0, w, i0, blk, acc, uf, ud);
         }
+        free(acc);
         free(blk);
     }
     if (oom)
@@ -356,8 +412,7 @@ typedef struct gptq_ctx {
 
 /* A group's scale and zero under qp: min/max, or the ratio its grid search
  * picks with the Hessian diagonal as the importance of each column. */
-static dsq_status group_params(const float *w, int64_t n, const float *imp, const dsq_intq_params *qp, float *s,
-                               int *z)
+static dsq_status group_params(const float *w, int64_t n, const float *imp, const dsq_intq_params *qp, float *s, int *z)
 {
     float ratio = dsq_intq_search_ratio(w, n, imp, qp, qp->clip > 0.0f ? qp->clip : 1.0f, NULL);
     return dsq_intq_group_params(w, n, qp, ratio, s, z);
@@ -438,8 +493,8 @@ static double run_tile(const gptq_ctx *c, int64_t r0, int64_t nr, float *buf, bo
     float *w1 = wg + nr * n;    /* [bs] */
     float *err = w1 + bs;       /* [nr x bs] */
     float *grp = err + nr * bs; /* [group] */
-    float cur_s[ROW_TILE] = {0};
-    int cur_z[ROW_TILE] = {0};
+    float cur_s[DSQ_GPTQ_ROW_TILE] = {0};
+    int cur_z[DSQ_GPTQ_ROW_TILE] = {0};
     double loss = 0.0;
     for (int64_t t = 0; t < nr; t++) tile_prepare(c, r0 + t, wg + t * n, grp, static_groups);
     for (int64_t i1 = 0; i1 < n; i1 += bs) {
@@ -450,8 +505,7 @@ static double run_tile(const gptq_ctx *c, int64_t r0, int64_t nr, float *buf, bo
          * the tile's chunk stays in L1 while the rows of U stream past. */
         for (int64_t j0 = i2; j0 < n; j0 += COL_CHUNK) {
             const int64_t j1 = j0 + COL_CHUNK < n ? j0 + COL_CHUNK : n;
-            for (int64_t t = 0; t < nr; t++)
-                dsq_rowupd_sub_f32(i2 - i1, j1 - j0, wg + t * n + j0, err + t * bs, 1, c->U + i1 * n + j0, n);
+            dsq_rowupd_f32(nr, i2 - i1, j1 - j0, wg + j0, n, err, bs, 1, c->U + i1 * n + j0, n, -1);
         }
     }
     return loss;
@@ -484,8 +538,8 @@ int dsq_gptq_key_cmp(const void *pa, const void *pb)
 
 /* Damped, permuted, index-reversed Hessian factored into U (float, processing
  * order), with retries at larger dampening. */
-dsq_status dsq_gptq_factor(const double *H, const int64_t *perm, const uint8_t *dead, int64_t n,
-                           const dsq_gptq_opts *o, const char *name, float *U, dsq_gptq_report *rep)
+dsq_status dsq_gptq_factor(const double *H, const int64_t *perm, const uint8_t *dead, int64_t n, const dsq_gptq_opts *o,
+                           const char *name, float *U, dsq_gptq_report *rep)
 {
     double *a = dsq_gptq_alloc_square(n, sizeof(double));
     double *scratch = malloc((size_t)n * CHOL_NB * sizeof(double));
@@ -533,8 +587,8 @@ dsq_status dsq_gptq_factor(const double *H, const int64_t *perm, const uint8_t *
     return DSQ_OK;
 }
 
-dsq_status dsq_gptq_run_tiles(int64_t rows, int64_t tile_rows, size_t tile_floats, dsq_gptq_tile_fn fn,
-                              const void *ctx, double *loss_out)
+dsq_status dsq_gptq_run_tiles(int64_t rows, int64_t tile_rows, size_t tile_floats, dsq_gptq_tile_fn fn, const void *ctx,
+                              double *loss_out)
 {
     double loss = 0.0;
     int oom = 0;
@@ -604,10 +658,10 @@ dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, const d
     for (int64_t i = 0; i < cols; i++) imp[cols + i] = imp[perm[i]];
     st = dsq_gptq_factor(H, perm, dead, cols, o, name, U, &rep);
     if (st != DSQ_OK) goto done;
-    gptq_ctx ctx = {w,   rows, cols, U, perm, dead, &o->q, o->block_size ? o->block_size : 128, out, static_groups,
-                    imp, imp + cols};
-    const size_t per_tile = (size_t)(ROW_TILE * cols + ctx.bs + ROW_TILE * ctx.bs + out->group_size);
-    st = dsq_gptq_run_tiles(rows, ROW_TILE, per_tile, tile_fn, &ctx, &rep.loss);
+    gptq_ctx ctx = {w,   rows,          cols, U,         perm, dead, &o->q, o->block_size ? o->block_size : 128,
+                    out, static_groups, imp,  imp + cols};
+    const size_t per_tile = (size_t)(DSQ_GPTQ_ROW_TILE * cols + ctx.bs + DSQ_GPTQ_ROW_TILE * ctx.bs + out->group_size);
+    st = dsq_gptq_run_tiles(rows, DSQ_GPTQ_ROW_TILE, per_tile, tile_fn, &ctx, &rep.loss);
     if (st != DSQ_OK) goto done;
     st = dsq_intq_validate(out);
     if (st != DSQ_OK || !isfinite(rep.loss)) {

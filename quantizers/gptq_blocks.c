@@ -13,7 +13,6 @@
 #include "quantizers/qtypes.h"
 #include "quantizers/quants.h"
 
-#define ROW_TILE 8   /* rows that share each streamed row of U in the batched update */
 #define COL_CHUNK 64 /* columns kept in L1 during the batched updates */
 
 typedef struct bctx {
@@ -94,7 +93,7 @@ static double run_tile(const bctx *c, int64_t r0, int64_t nr, float *buf)
     float *err = w1 + bs;    /* [nr x bs] */
     float *q = err + nr * bs;
     double loss = 0.0;
-    float sigma2[ROW_TILE];
+    float sigma2[DSQ_GPTQ_ROW_TILE];
     for (int64_t t = 0; t < nr; t++) {
         for (int64_t j = 0; j < n; j++) wg[t * n + j] = c->w[(r0 + t) * n + c->perm[j]];
         sigma2[t] = dsq_quantize_row_sigma2(c->w + (r0 + t) * n, n);
@@ -105,17 +104,13 @@ static double run_tile(const bctx *c, int64_t r0, int64_t nr, float *buf)
             loss += row_batch(c, r0 + t, wg + t * n, w1, err + t * bs, q, i1, i2, sigma2[t]);
         for (int64_t j0 = i2; j0 < n; j0 += COL_CHUNK) {
             const int64_t j1 = j0 + COL_CHUNK < n ? j0 + COL_CHUNK : n;
-            for (int64_t t = 0; t < nr; t++)
-                dsq_rowupd_sub_f32(i2 - i1, j1 - j0, wg + t * n + j0, err + t * bs, 1, c->U + i1 * n + j0, n);
+            dsq_rowupd_f32(nr, i2 - i1, j1 - j0, wg + j0, n, err, bs, 1, c->U + i1 * n + j0, n, -1);
         }
     }
     return loss;
 }
 
-static double tile_fn(const void *ctx, int64_t r0, int64_t nr, float *buf)
-{
-    return run_tile(ctx, r0, nr, buf);
-}
+static double tile_fn(const void *ctx, int64_t r0, int64_t nr, float *buf) { return run_tile(ctx, r0, nr, buf); }
 
 /* Processing order: blocks in column order, or by descending summed diagonal. */
 static dsq_status block_order(const double *H, int64_t cols, int64_t qk, bool act_order, int64_t *perm)
@@ -195,8 +190,8 @@ dsq_status dsq_gptq_blocks_quantize(const float *w, int64_t rows, int64_t cols, 
               (size_t)(cols / qk) * ti->block_bytes,
               out,
               dsq_block_codes_supported(o->type)};
-    const size_t per_tile = (size_t)(ROW_TILE * cols + bs + ROW_TILE * bs + qk);
-    st = dsq_gptq_run_tiles(rows, ROW_TILE, per_tile, tile_fn, &c, &rep.loss);
+    const size_t per_tile = (size_t)(DSQ_GPTQ_ROW_TILE * cols + bs + DSQ_GPTQ_ROW_TILE * bs + qk);
+    st = dsq_gptq_run_tiles(rows, DSQ_GPTQ_ROW_TILE, per_tile, tile_fn, &c, &rep.loss);
     if (st == DSQ_OK && !isfinite(rep.loss))
         st = dsq_fail(DSQ_ERR_NUMERIC, "gptq: tensor %s: the updates did not stay finite (loss %g)", name, rep.loss);
     if (st == DSQ_OK && report) *report = rep;

@@ -10,6 +10,11 @@
 #include "core/status.h"
 #include "quantizers/gptq.h"
 
+/* Rows of W a thread sweeps together: each streamed chunk of U's rows serves
+ * all of them from cache in the lazy batch update (at 8 rows a 14336-wide
+ * layer streamed U from memory eight times as often). */
+#define DSQ_GPTQ_ROW_TILE 32
+
 /* Act-order keys: a column's (or a block's) Hessian diagonal and its index;
  * qsort with dsq_gptq_key_cmp gives descending d, ties by ascending index. */
 typedef struct dsq_gptq_key {
@@ -23,8 +28,8 @@ int dsq_gptq_key_cmp(const void *a, const void *b);
  * what fn returns (its rows' loss) into *loss. GPTQ's rows are independent
  * given the factor, so the bytes do not depend on the threads. */
 typedef double (*dsq_gptq_tile_fn)(const void *ctx, int64_t r0, int64_t nr, float *buf);
-dsq_status dsq_gptq_run_tiles(int64_t rows, int64_t tile_rows, size_t tile_floats, dsq_gptq_tile_fn fn,
-                              const void *ctx, double *loss);
+dsq_status dsq_gptq_run_tiles(int64_t rows, int64_t tile_rows, size_t tile_floats, dsq_gptq_tile_fn fn, const void *ctx,
+                              double *loss);
 
 /* An n x n matrix of elem-byte entries from the big-buffer allocator, NULL
  * when the size overflows or memory runs out. */
@@ -46,7 +51,7 @@ static inline double dsq_gptq_damped(double h, bool diagonal, bool dead, double 
  * upper Cholesky factor of the damped inverse Hessian, with dampening
  * o->percdamp of the mean diagonal doubled up to 1 until H factors. Fills
  * rep->percdamp, rep->damp and rep->damp_tries. */
-dsq_status dsq_gptq_factor(const double *H, const int64_t *perm, const uint8_t *dead, int64_t n,
-                           const dsq_gptq_opts *o, const char *name, float *U, dsq_gptq_report *rep);
+dsq_status dsq_gptq_factor(const double *H, const int64_t *perm, const uint8_t *dead, int64_t n, const dsq_gptq_opts *o,
+                           const char *name, float *U, dsq_gptq_report *rep);
 
 #endif

@@ -24,9 +24,11 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <omp.h>
 
-#include "core/status.h"
 #include "core/dtype.h"
+#include "core/status.h"
+#include "kernels/cpu.h"
 #include "quantizers/gptq.h"
 #include "quantizers/intq.h"
 #include "tests/helpers/testutil.h"
@@ -114,7 +116,8 @@ static void test_hessian_bf16(void **state)
     assert_int_equal(dsq_hessian_init(&h, cols), DSQ_OK);
     h.bf16 = true;
     static const int parts[] = {300, 0, 700, 1, 300};
-    for (int p = 0, r = 0; p < 5; r += parts[p++]) assert_int_equal(dsq_hessian_add(&h, x + (size_t)r * cols, parts[p]), DSQ_OK);
+    for (int p = 0, r = 0; p < 5; r += parts[p++])
+        assert_int_equal(dsq_hessian_add(&h, x + (size_t)r * cols, parts[p]), DSQ_OK);
     assert_int_equal(h.n, n);
     assert_int_equal(dsq_hessian_finalize(&h), DSQ_OK);
     double worst_f32 = 0;
@@ -122,13 +125,15 @@ static void test_hessian_bf16(void **state)
         for (int j = 0; j < cols; j++) {
             double s = 0.0, s32 = 0.0, bound = 0.0;
             for (int t = 0; t < n; t++) {
-                double a = dsq_bf16_to_f32(dsq_f32_to_bf16(x[t * cols + i])), b = dsq_bf16_to_f32(dsq_f32_to_bf16(x[t * cols + j]));
+                double a = dsq_bf16_to_f32(dsq_f32_to_bf16(x[t * cols + i])),
+                       b = dsq_bf16_to_f32(dsq_f32_to_bf16(x[t * cols + j]));
                 s += a * b;
                 bound += fabs(a * b);
                 s32 += (double)x[t * cols + i] * (double)x[t * cols + j];
             }
             s *= 2.0 / n, bound *= 2.0 / n, s32 *= 2.0 / n;
-            if (!(fabs(h.h[i * cols + j] - s) <= 1e-5 * bound)) fail_msg("H[%d,%d] = %.9g, want %.9g", i, j, h.h[i * cols + j], s);
+            if (!(fabs(h.h[i * cols + j] - s) <= 1e-5 * bound))
+                fail_msg("H[%d,%d] = %.9g, want %.9g", i, j, h.h[i * cols + j], s);
             worst_f32 = fmax(worst_f32, fabs(h.h[i * cols + j] - s32) / (bound + 1e-30));
         }
     assert_true(worst_f32 > 1e-5); /* the rounding did happen */
@@ -180,10 +185,8 @@ static void reference_hinv_upper(const double *H, int n, double damp, double *U)
     free(Hi);
 }
 
-static void test_hinv_factor(void **state)
+static void hinv_case(int n, int tokens)
 {
-    (void)state;
-    const int n = 150, tokens = 400;
     float *x = correlated_inputs(tokens, n, 2);
     double *H = hessian_of(x, tokens, n);
     double mean = 0.0;
@@ -199,6 +202,18 @@ static void test_hinv_factor(void **state)
     assert_true(maxdiff <= 1e-9 * maxabs);
     for (int i = 0; i < n; i++)
         for (int j = 0; j < i; j++) assert_true(U[i * n + j] == 0.0);
+    /* the blocked factorization's bits do not depend on the ISA or the threads */
+    const dsq_cpu_isa isas[] = {DSQ_CPU_ISA_SCALAR, DSQ_CPU_ISA_AVX2};
+    for (int p = 0; p < 3; p++) {
+        if (p < 2)
+            dsq_cpu_set_isa(isas[p]);
+        else
+            omp_set_num_threads(1);
+        assert_int_equal(dsq_gptq_hinv_upper(H, n, 0.01 * mean, R), DSQ_OK);
+        dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+        omp_set_num_threads(omp_get_num_procs());
+        assert_memory_equal(U, R, sizeof(double) * n * n);
+    }
     /* (H + damp I) U^T U = I */
     for (int i = 0; i < n; i += 7)
         for (int j = 0; j < n; j += 5) {
@@ -218,6 +233,15 @@ static void test_hinv_factor(void **state)
     free(H);
     free(U);
     free(R);
+}
+
+/* 150: one column chunk of the trailing update; 600: several panels and
+ * chunks, and rows in groups of four with rests. */
+static void test_hinv_factor(void **state)
+{
+    (void)state;
+    hinv_case(150, 400);
+    hinv_case(601, 1400);
 }
 
 static void test_diagonal_equals_rtn(void **state)
@@ -341,8 +365,11 @@ static void test_refit_scales(void **state)
     const struct {
         int bits, group;
         bool sym, act, stat;
-    } cases[] = {{3, 32, true, true, true}, {3, 32, false, true, false}, {4, 64, true, false, false},
-                 {2, -1, true, true, false}, {4, 128, false, true, true}};
+    } cases[] = {{3, 32, true, true, true},
+                 {3, 32, false, true, false},
+                 {4, 64, true, false, false},
+                 {2, -1, true, true, false},
+                 {4, 128, false, true, true}};
     double gain3 = 0.0;
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         dsq_gptq_opts o = dsq_gptq_default_opts();
@@ -367,8 +394,7 @@ static void test_refit_scales(void **state)
         double ea = output_error(x, n, w, wq, rows, cols);
         assert_int_equal(dsq_intq_dequantize(&b, wq), DSQ_OK);
         double eb = output_error(x, n, w, wq, rows, cols);
-        if (!(eb <= ea * (1.0 + 1e-4)))
-            fail_msg("case %d: refit output error %g > GPTQ's %g", (int)k, eb, ea);
+        if (!(eb <= ea * (1.0 + 1e-4))) fail_msg("case %d: refit output error %g > GPTQ's %g", (int)k, eb, ea);
         if (k == 0) gain3 = eb / ea;
         dsq_intq_free(&a);
         dsq_intq_free(&b);
@@ -494,11 +520,11 @@ static void test_damping_retry_and_failure(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hessian_accumulate),
-        cmocka_unit_test(test_hessian_bf16),        cmocka_unit_test(test_hinv_factor),
-        cmocka_unit_test(test_diagonal_equals_rtn),       cmocka_unit_test(test_beats_rtn),
-        cmocka_unit_test(test_act_order_g_idx),           cmocka_unit_test(test_dead_columns),
-        cmocka_unit_test(test_damping_retry_and_failure), cmocka_unit_test(test_refit_scales),
+        cmocka_unit_test(test_hessian_accumulate), cmocka_unit_test(test_hessian_bf16),
+        cmocka_unit_test(test_hinv_factor),        cmocka_unit_test(test_diagonal_equals_rtn),
+        cmocka_unit_test(test_beats_rtn),          cmocka_unit_test(test_act_order_g_idx),
+        cmocka_unit_test(test_dead_columns),       cmocka_unit_test(test_damping_retry_and_failure),
+        cmocka_unit_test(test_refit_scales),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
