@@ -9,7 +9,7 @@
  *     (A^T H A) s = A^T H w.
  *
  * A^T H A couples every pair of groups through H; it is built with one GEMM
- * per group over a tile of rows (Y = A[:, g] H[g, :], then a dot per group),
+ * per group over a tile of rows (Y = H[:, g] A[:, g]^T, then a dot per group),
  * cols^2 multiply-adds per row, the order of GPTQ's own updates. A small ridge
  * towards GPTQ's scales keeps groups whose codes are all at the zero point
  * (and nearly singular systems) where GPTQ put them; a solved scale that is not
@@ -93,33 +93,36 @@ static int64_t solve_row(const refit_ctx *c, int64_t r, double *M, double *b)
     return changed;
 }
 
-/* Rows [r0, r0 + nr): A and W in group order, then M and b by GEMMs. */
-static int64_t refit_tile(const refit_ctx *c, int64_t r0, int64_t nr, float *A, float *W, float *Y, float *sc,
-                          double *M, double *b)
+/* Rows [r0, r0 + nr): A and W in group order (A also by column, At), then
+ * b and M by GEMMs whose big operand is H itself, read in place (H is
+ * symmetric, so H w = (w^T H)^T and H[:, g] = H[g, :]^T): only the tile's few
+ * rows are packed, where packing H's rows once per tile had cost as much as
+ * the products on wide layers. */
+static int64_t refit_tile(const refit_ctx *c, int64_t r0, int64_t nr, float *A, float *At, float *W, float *Y,
+                          float *sc, double *M, double *b)
 {
     const int64_t n = c->cols, ng = c->ng, gs = c->gs;
     const dsq_intq *q = c->q;
     for (int64_t t = 0; t < nr; t++)
         for (int64_t j = 0; j < n; j++) {
             const int64_t col = c->order[j], r = r0 + t;
-            A[t * n + j] = (float)q->codes[r * n + col] - (float)q->zeros[r * ng + j / gs];
+            A[t * n + j] = At[j * nr + t] = (float)q->codes[r * n + col] - (float)q->zeros[r * ng + j / gs];
             W[t * n + j] = c->Hd[col] == 0.0 ? 0.0f : c->w[r * n + col]; /* GPTQ zeroes dead columns */
         }
-    /* b = A^T H w, per row and group */
-    dsq_gemm_f32(DSQ_GEMM_BN, nr, n, n, W, n, c->Hp, n, Y, n, false, sc);
+    /* b = A^T H w, per row and group: Y [n x nr] = H W^T */
+    dsq_gemm_f32(DSQ_GEMM_BT, n, nr, n, c->Hp, n, W, n, Y, nr, false, sc);
     memset(b, 0, (size_t)(nr * ng) * sizeof *b);
-    for (int64_t t = 0; t < nr; t++)
-        for (int64_t j = 0; j < n; j++) b[t * ng + j / gs] += (double)A[t * n + j] * (double)Y[t * n + j];
-    /* column h of A^T H A: Y = A[:, group h] H[group h, :], dotted with each group of A */
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t t = 0; t < nr; t++) b[t * ng + j / gs] += (double)At[j * nr + t] * (double)Y[j * nr + t];
+    /* column h of A^T H A: Y = H[:, group h] A[:, group h]^T, dotted with each group of A */
+    double acc[REFIT_ROWS];
     for (int64_t h = 0; h < ng; h++) {
-        dsq_gemm_f32(DSQ_GEMM_BN, nr, n, gs, A + h * gs, n, c->Hp + h * gs * n, n, Y, n, false, sc);
-        for (int64_t t = 0; t < nr; t++) {
-            double *m = M + t * ng * ng;
-            for (int64_t g = 0; g < ng; g++) {
-                double v = 0.0;
-                for (int64_t j = g * gs; j < (g + 1) * gs; j++) v += (double)A[t * n + j] * (double)Y[t * n + j];
-                m[g * ng + h] = v;
-            }
+        dsq_gemm_f32(DSQ_GEMM_BT, n, nr, gs, c->Hp + h * gs, n, A + h * gs, n, Y, nr, false, sc);
+        for (int64_t g = 0; g < ng; g++) {
+            for (int64_t t = 0; t < nr; t++) acc[t] = 0.0;
+            for (int64_t j = g * gs; j < (g + 1) * gs; j++)
+                for (int64_t t = 0; t < nr; t++) acc[t] += (double)At[j * nr + t] * (double)Y[j * nr + t];
+            for (int64_t t = 0; t < nr; t++) M[t * ng * ng + g * ng + h] = acc[t];
         }
     }
     int64_t changed = 0;
@@ -173,15 +176,15 @@ dsq_status dsq_gptq_refit_scales(const float *w, const double *H, double damp, d
 #pragma omp parallel reduction(+ : changed) reduction(| : oom)
     {
         const int64_t tr = REFIT_ROWS;
-        float *A = malloc((size_t)(3 * tr * n) * sizeof(float));
-        float *sc = dsq_gemm_scratch_alloc(dsq_gemm_scratch_floats(n, n));
+        float *A = malloc((size_t)(4 * tr * n) * sizeof(float));
+        float *sc = dsq_gemm_scratch_alloc(dsq_gemm_scratch_floats(tr, n));
         double *M = malloc((size_t)(tr * ng * ng + tr * ng) * sizeof(double));
         if (!A || !sc || !M) oom = 1;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t r0 = 0; r0 < rows; r0 += tr) {
             if (!A || !sc || !M) continue;
             const int64_t nr = rows - r0 < tr ? rows - r0 : tr;
-            changed += refit_tile(&ctx, r0, nr, A, A + tr * n, A + 2 * tr * n, sc, M, M + tr * ng * ng);
+            changed += refit_tile(&ctx, r0, nr, A, A + tr * n, A + 2 * tr * n, A + 3 * tr * n, sc, M, M + tr * ng * ng);
         }
         free(A);
         free(sc);
