@@ -10,7 +10,7 @@
  * buffers; then each test runs --reps times and the best run counts.
  * Prints one JSON object: tokens per second of each test and its runs.
  *
- * Products as `dsquant generate` and `serve` run them (dsq_ctx_set_int8_act:
+ * Products as `dsquant generate` and `serve` run them (DSQ_MATMUL_INT8ACT:
  * the Q8_0-paired block types in int8 at every batch size); --f32-act keeps
  * F32 activations in batches (the default of ppl and kld).
  *
@@ -113,7 +113,7 @@ int main(int argc, char **argv)
     dsq_ctx *c = NULL;
     if (dsq_model_open(o.model, &m) != DSQ_OK) die(o.model);
     if (dsq_ctx_new(m, n_ctx, o.threads, &c) != DSQ_OK) die("context");
-    dsq_ctx_set_int8_act(c, !o.f32_act);
+    dsq_ctx_set_matmul(c, o.f32_act ? DSQ_MATMUL_DEFAULT : DSQ_MATMUL_INT8ACT);
     if (!o.f32_act && dsq_model_pack_int8(m) != DSQ_OK) die("pack");
     int32_t *toks = malloc((size_t)n_ctx * sizeof *toks);
     float *logits = malloc((size_t)m->vocab * sizeof *logits);

@@ -244,15 +244,17 @@ dsq_status dsq_seq_run_pass(dsq_seq_runner *r, int l, int half, const float *in,
     dsq_layer *L = &dsq_ctx_model(r->ctx)->layers[l];
     int nlin = d->n_linears;
     const dsq_arch *a = &dsq_ctx_model(r->ctx)->arch;
-    for (int id = 0; id < nlin && s == DSQ_OK && dsq_ctx_bf16(r->ctx); id++)
+    for (int id = 0; id < nlin && s == DSQ_OK && dsq_ctx_matmul_mode(r->ctx) == DSQ_MATMUL_BF16; id++)
         if (pass_runs(d, id, half, h) && dsq_block_linear_present(d, a, l, id) && !d->linears[id].expert)
             s = dsq_linear_bf16_pack(&L->lin[id]);
     for (int i = 0; i < n && s == DSQ_OK; i++) {
         float *buf = out ? out + (size_t)i * rows : r->scratch;
         if (buf != in + (size_t)i * rows) memcpy(buf, in + (size_t)i * rows, rows * sizeof *buf);
         if (h) h->row0 = (int64_t)i * r->seqlen;
-        if (half == DSQ_SEQ_WHOLE_LAYER) s = dsq_forward_layer(r->ctx, l, buf, r->seqlen, 0);
-        else s = dsq_forward_half(r->ctx, l, half, buf, r->seqlen, 0);
+        if (half == DSQ_SEQ_WHOLE_LAYER)
+            s = dsq_forward_layer(r->ctx, l, buf, r->seqlen, 0);
+        else
+            s = dsq_forward_half(r->ctx, l, half, buf, r->seqlen, 0);
         if (s == DSQ_STOP) s = DSQ_OK; /* the stop we asked for */
     }
     for (int id = 0; id < nlin; id++) dsq_linear_bf16_unpack(&L->lin[id]);

@@ -92,8 +92,10 @@ dsq_status dsq_seq_check_groups(const dsq_model *m, const dsq_intq_params *q, bo
             char hf[128];
             /* an expert's path names every expert: "mlp.experts.*.gate_proj" */
             const char *pct = bl->expert ? strstr(bl->hf, "%d") : NULL;
-            if (pct) snprintf(hf, sizeof hf, "%.*s*%s", (int)(pct - bl->hf), bl->hf, pct + 2);
-            else snprintf(hf, sizeof hf, "%s", bl->hf);
+            if (pct)
+                snprintf(hf, sizeof hf, "%.*s*%s", (int)(pct - bl->hf), bl->hf, pct + 2);
+            else
+                snprintf(hf, sizeof hf, "%s", bl->hf);
             snprintf(list + u, sizeof list - u, "%s%s (in %lld)", u ? ", " : "", hf, (long long)W->in);
         }
     if (n_bad) *n_bad = bad;
@@ -148,12 +150,13 @@ static dsq_status one_layer(dsq_model *m, int l, const dsq_seq_opts *o, dsq_seq_
     dsq_status st = o->method->layer(&s, r, hin, hout, rep);
     for (int id = 0; id < s.d->n_linears; id++) {
         if (!s.present[id] || s.d->linears[id].router) continue;
-        if (s.has_q[id] || s.has_q8[id] || s.has_gguf[id]) rep->n_quantized++;
-        else if (st == DSQ_OK) rep->n_skipped++;
+        if (s.has_q[id] || s.has_q8[id] || s.has_gguf[id])
+            rep->n_quantized++;
+        else if (st == DSQ_OK)
+            rep->n_skipped++;
     }
     if (st == DSQ_OK) st = emit_layer(&s);
-    if (st == DSQ_OK && dsq_arch_layer_is_moe(&m->arch, l))
-        st = dsq_seq_moe_layer(&s, r, hin, hout, rep, keep, counts);
+    if (st == DSQ_OK && dsq_arch_layer_is_moe(&m->arch, l)) st = dsq_seq_moe_layer(&s, r, hin, hout, rep, keep, counts);
     if (st != DSQ_OK) st = dsq_fail_context(st, "layer %d", l);
     dsq_status e = dsq_seq_layer_end(&s, st == DSQ_OK ? keep : NULL);
     return st != DSQ_OK ? st : e;
@@ -168,8 +171,8 @@ static dsq_status check_opts(const dsq_model *m, const dsq_calib_set *calib, con
     if (o->gguf && o->method != &dsq_method_gptq && o->method != &dsq_method_awq)
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s cannot write GGUF blocks (gptq and awq can)", o->method->name);
     if (m->arch.moe.n_routed > 0 && !o->method->expert)
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s does not calibrate MoE experts yet (%s)",
-                        o->method->name, m->arch.hf_architecture);
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "%s does not calibrate MoE experts yet (%s)", o->method->name,
+                        m->arch.hf_architecture);
     if (o->q.bits != 2 && o->q.bits != 3 && o->q.bits != 4 && o->q.bits != 8)
         return dsq_fail(DSQ_ERR_ARG, "--w-bit %d: supported widths are 2, 3, 4 and 8", o->q.bits);
     for (int64_t t = 0; calib && t < (int64_t)calib->n_samples * calib->seqlen; t++)
@@ -238,7 +241,7 @@ dsq_status dsq_seq_quantize(dsq_model *m, const dsq_calib_set *calib, const dsq_
             st = dsq_fail(DSQ_ERR_NOMEM, "calibration: out of memory for %d x %d hidden states", calib->n_samples,
                           calib->seqlen);
         if (st == DSQ_OK) st = dsq_ctx_new(m, calib->seqlen, o.threads, &r.ctx);
-        if (st == DSQ_OK) dsq_ctx_set_bf16(r.ctx, o.bf16);
+        if (st == DSQ_OK) dsq_ctx_set_matmul(r.ctx, o.bf16 ? DSQ_MATMUL_BF16 : DSQ_MATMUL_DEFAULT);
         for (int i = 0; i < calib->n_samples && st == DSQ_OK; i++)
             st = dsq_forward_embed(r.ctx, calib->tokens + (size_t)i * (size_t)calib->seqlen, calib->seqlen,
                                    ha + (size_t)i * (size_t)calib->seqlen * (size_t)m->dim);
@@ -274,7 +277,9 @@ dsq_status dsq_seq_quantize(dsq_model *m, const dsq_calib_set *calib, const dsq_
         dsq_seq_keep_free(keep); /* layers done so far point into it: the model is unusable, as documented */
         return st;
     }
-    if (keep_out) *keep_out = keep;
-    else dsq_seq_keep_free(keep);
+    if (keep_out)
+        *keep_out = keep;
+    else
+        dsq_seq_keep_free(keep);
     return DSQ_OK;
 }

@@ -49,10 +49,7 @@ typedef struct gen_args {
     dsq_sampler_params sp;
 } gen_args;
 
-static int usage_error(const char *msg, const char *what)
-{
-    return dsq_cli_usage_error("generate", msg, what);
-}
+static int usage_error(const char *msg, const char *what) { return dsq_cli_usage_error("generate", msg, what); }
 
 static int parse_float(const char *opt, const char *val, float lo, float hi, float *out)
 {
@@ -74,15 +71,19 @@ static int parse_opt(int argc, char **argv, int *i, void *user)
     const char *opt = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
     long long v;
     if (!strcmp(opt, "--chat") || !strcmp(opt, "--f32-act")) {
-        if (!strcmp(opt, "--chat")) a->chat = true;
-        else a->f32_act = true;
+        if (!strcmp(opt, "--chat"))
+            a->chat = true;
+        else
+            a->f32_act = true;
         return 0;
     }
     ++*i;
     if (!strcmp(opt, "-p") || !strcmp(opt, "--prompt") || !strcmp(opt, "--system")) {
         if (!val) return usage_error(opt, " needs a value");
-        if (!strcmp(opt, "--system")) a->system = val;
-        else a->prompt = val;
+        if (!strcmp(opt, "--system"))
+            a->system = val;
+        else
+            a->prompt = val;
     } else if (!strcmp(opt, "-n") || !strcmp(opt, "--n-predict")) {
         if ((v = dsq_cli_parse_int(opt, val, -1, 1 << 24)) < -1 || (v == -1 && (!val || strcmp(val, "-1")))) return 2;
         a->n_predict = (int)v;
@@ -94,10 +95,14 @@ static int parse_opt(int argc, char **argv, int *i, void *user)
                !strcmp(opt, "--seed")) {
         long long max = !strcmp(opt, "--seed") ? (1ll << 62) : (1 << 24);
         if ((v = dsq_cli_parse_int(opt, val, 0, max)) < 0) return 2;
-        if (!strcmp(opt, "--top-k")) a->sp.top_k = (int)v;
-        else if (!strcmp(opt, "--ctx")) a->ctx = (int)v;
-        else if (!strcmp(opt, "--threads")) a->threads = (int)v;
-        else a->sp.seed = (uint64_t)v, a->seed_given = true;
+        if (!strcmp(opt, "--top-k"))
+            a->sp.top_k = (int)v;
+        else if (!strcmp(opt, "--ctx"))
+            a->ctx = (int)v;
+        else if (!strcmp(opt, "--threads"))
+            a->threads = (int)v;
+        else
+            a->sp.seed = (uint64_t)v, a->seed_given = true;
     } else {
         return usage_error("unknown option ", opt);
     }
@@ -188,7 +193,9 @@ static dsq_status run(gen_args *a)
     if (s == DSQ_OK && dsq_tokenizer_eos(tok) >= 0) stop[n_stop++] = dsq_tokenizer_eos(tok);
     if (s == DSQ_OK) s = prompt_tokens(a, m, tok, &ids, stop, &n_stop);
     if (s == DSQ_OK) s = dsq_ctx_new(m, context_size(a, m, ids.n), a->threads, &c);
-    if (s == DSQ_OK) dsq_ctx_set_int8_act(c, !a->f32_act); /* the prompt as llama.cpp computes it, in int8 */
+    if (s == DSQ_OK)
+        dsq_ctx_set_matmul(c, a->f32_act ? DSQ_MATMUL_DEFAULT
+                                         : DSQ_MATMUL_INT8ACT); /* the prompt as llama.cpp computes it, in int8 */
     if (s == DSQ_OK && !a->f32_act) s = dsq_model_pack_int8(m);
     if (s == DSQ_OK) s = dsq_sampler_new(&a->sp, m->vocab, &smp);
     if (s == DSQ_OK && a->sp.temp > 0 && !a->seed_given)
@@ -202,7 +209,8 @@ static dsq_status run(gen_args *a)
     if (s == DSQ_OK) {
         printf("\n");
         fflush(stdout);
-        fprintf(stderr, "dsquant: prompt %d tokens in %.2f s (%.1f tok/s); generated %d tokens in %.2f s (%.1f tok/s)%s\n",
+        fprintf(stderr,
+                "dsquant: prompt %d tokens in %.2f s (%.1f tok/s); generated %d tokens in %.2f s (%.1f tok/s)%s\n",
                 gs.n_prompt, gs.prompt_s, gs.prompt_s > 0 ? gs.n_prompt / gs.prompt_s : 0, gs.n_gen, gs.gen_s,
                 gs.gen_s > 0 ? gs.n_gen / gs.gen_s : 0, gs.stopped ? ", stopped at end of text" : "");
     }

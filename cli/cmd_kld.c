@@ -49,10 +49,7 @@ typedef struct kld_args {
     bool json, ctx_given, llamacpp_act;
 } kld_args;
 
-static int usage_error(const char *msg, const char *what)
-{
-    return dsq_cli_usage_error("kld", msg, what);
-}
+static int usage_error(const char *msg, const char *what) { return dsq_cli_usage_error("kld", msg, what); }
 
 static int parse_opt(int argc, char **argv, int *i, void *user)
 {
@@ -61,15 +58,21 @@ static int parse_opt(int argc, char **argv, int *i, void *user)
     const dsq_cli_eval_ints ints = {&a->o.ctx, &a->o.chunks, &a->o.batch, &a->threads, &a->ctx_given};
     int taken = dsq_cli_eval_int_opt(argc, argv, i, 1 << 20, &ints);
     if (taken) return taken < 0 ? 2 : 0;
-    if (!strcmp(opt, "--json")) a->json = true;
-    else if (!strcmp(opt, "--llamacpp-act")) a->llamacpp_act = true;
-    else if (!strcmp(opt, "--force")) a->o.overwrite = true;
+    if (!strcmp(opt, "--json"))
+        a->json = true;
+    else if (!strcmp(opt, "--llamacpp-act"))
+        a->llamacpp_act = true;
+    else if (!strcmp(opt, "--force"))
+        a->o.overwrite = true;
     else if (!strcmp(opt, "--data") || !strcmp(opt, "--save-logits") || !strcmp(opt, "--logits")) {
         const char *val = *i + 1 < argc ? argv[++*i] : NULL;
         if (!val) return usage_error(opt, " needs a value");
-        if (!strcmp(opt, "--data")) a->data = val;
-        else if (!strcmp(opt, "--save-logits")) a->save = val;
-        else a->logits = val;
+        if (!strcmp(opt, "--data"))
+            a->data = val;
+        else if (!strcmp(opt, "--save-logits"))
+            a->save = val;
+        else
+            a->logits = val;
     } else {
         return usage_error("unknown option ", opt);
     }
@@ -106,7 +109,8 @@ static void progress(void *user, const dsq_kld_progress *p)
     if (p->chunk == 1)
         fprintf(stderr, "chunk             PPL               ln(PPL(Q)/PPL(base))          KL Divergence              "
                         "Δp RMS            Same top p\n");
-    fprintf(stderr, "%4d    %9.4f ± %9.4f    %10.5f ± %10.5f    %10.5f ± %10.5f    %6.3f ± %6.3f %%    %6.3f ± %6.3f %%\n",
+    fprintf(stderr,
+            "%4d    %9.4f ± %9.4f    %10.5f ± %10.5f    %10.5f ± %10.5f    %6.3f ± %6.3f %%    %6.3f ± %6.3f %%\n",
             p->chunk, r->ppl, r->ppl_err, r->ln_ratio, r->ln_ratio_err, r->kld, r->kld_err, 100 * r->dp_rms,
             100 * r->dp_rms_err, 100 * r->same_top, 100 * r->same_top_err);
 }
@@ -137,7 +141,8 @@ static void print_text(const dsq_kld_result *r)
     for (int i = 0; i < DSQ_KLD_NQ; i++) printf("%s KLD: %10.6f\n", q_label(dsq_kld_quantiles[i]), r->kld_q[i]);
     printf("\n====== Token probability statistics ======\n");
     printf("Mean    Δp: %6.3f ± %5.3f %%\n", 100 * r->dp, 100 * r->dp_err);
-    for (int i = 0; i < DSQ_KLD_DP_NQ; i++) printf("%s Δp: %6.3f%%\n", q_label(dsq_kld_dp_quantiles[i]), 100 * r->dp_q[i]);
+    for (int i = 0; i < DSQ_KLD_DP_NQ; i++)
+        printf("%s Δp: %6.3f%%\n", q_label(dsq_kld_dp_quantiles[i]), 100 * r->dp_q[i]);
     printf("RMS Δp    : %6.3f ± %5.3f %%\n", 100 * r->dp_rms, 100 * r->dp_rms_err);
     printf("Same top p: %6.3f ± %5.3f %%\n", 100 * r->same_top, 100 * r->same_top_err);
 }
@@ -210,7 +215,7 @@ static dsq_status load(const kld_args *a, const char *path, int ctx, bool need_t
     DSQ_TRY(dsq_model_open(path, &l->m));
     if (need_tok) DSQ_TRY(dsq_tokenizer_load(path, &l->tok));
     DSQ_TRY(dsq_ctx_new(l->m, ctx, a->threads, &l->c));
-    dsq_ctx_set_llamacpp_act(l->c, a->llamacpp_act);
+    dsq_ctx_set_matmul(l->c, a->llamacpp_act ? DSQ_MATMUL_LLAMACPP : DSQ_MATMUL_DEFAULT);
     return DSQ_OK;
 }
 
@@ -286,7 +291,9 @@ int dsq_cmd_kld(int argc, char **argv)
         if (a.json) print_saved(&a, &r);
         return 0;
     }
-    if (a.json) print_json(&a, data_path[0] ? data_path : NULL, &r);
-    else print_text(&r);
+    if (a.json)
+        print_json(&a, data_path[0] ? data_path : NULL, &r);
+    else
+        print_text(&r);
     return 0;
 }

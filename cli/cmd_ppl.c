@@ -80,7 +80,8 @@ static int parse(int argc, char **argv, ppl_args *a)
         }
     }
     if (!a->model || !a->data) {
-        fprintf(stderr, "dsquant: error: ppl: %s (see dsquant ppl --help)\n", !a->model ? "missing MODEL" : "missing --data");
+        fprintf(stderr, "dsquant: error: ppl: %s (see dsquant ppl --help)\n",
+                !a->model ? "missing MODEL" : "missing --data");
         return 2;
     }
     return 0;
@@ -149,7 +150,7 @@ static dsq_status run(ppl_args *a)
     }
     if (s == DSQ_OK) s = dsq_ctx_new(m, a->o.ctx, a->threads, &c);
     if (s == DSQ_OK) {
-        dsq_ctx_set_llamacpp_act(c, a->llamacpp_act);
+        dsq_ctx_set_matmul(c, a->llamacpp_act ? DSQ_MATMUL_LLAMACPP : DSQ_MATMUL_DEFAULT);
         a->o.progress = progress;
         s = dsq_ppl_text(c, tok, text, len, &a->o, &r);
     }

@@ -19,6 +19,7 @@
 #include "core/tensor.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/linear.h"
+#include "runtime/matmul_mode.h"
 
 typedef struct dsq_exec {
     int threads;          /* <= 0: the backend's default */

@@ -22,19 +22,9 @@ const dsq_seg *dsq_ctx_segs(dsq_ctx *c, int n, int pos0, int *n_segs)
 }
 const dsq_backend *dsq_ctx_backend(const dsq_ctx *c) { return c->be; }
 
-void dsq_ctx_set_llamacpp_act(dsq_ctx *c, bool llamacpp)
-{
-    c->ex.mode = llamacpp ? DSQ_MATMUL_LLAMACPP : DSQ_MATMUL_DEFAULT;
-}
+void dsq_ctx_set_matmul(dsq_ctx *c, dsq_matmul_mode mode) { c->ex.mode = mode; }
 
-void dsq_ctx_set_int8_act(dsq_ctx *c, bool int8act)
-{
-    c->ex.mode = int8act ? DSQ_MATMUL_INT8ACT : DSQ_MATMUL_DEFAULT;
-}
-
-void dsq_ctx_set_bf16(dsq_ctx *c, bool bf16) { c->ex.mode = bf16 ? DSQ_MATMUL_BF16 : DSQ_MATMUL_DEFAULT; }
-
-bool dsq_ctx_bf16(const dsq_ctx *c) { return c->ex.mode == DSQ_MATMUL_BF16; }
+dsq_matmul_mode dsq_ctx_matmul_mode(const dsq_ctx *c) { return c->ex.mode; }
 
 void dsq_ctx_set_hooks(dsq_ctx *c, dsq_linear_hook_fn on_linear, dsq_layer_hook_fn on_layer, void *user)
 {
@@ -330,7 +320,8 @@ static dsq_status check_batch(const dsq_ctx *c, const dsq_seg *sg, int ns, const
             return dsq_fail(DSQ_ERR_ARG, "forward: sequence %d: %d tokens at position %d do not fit a context of %d",
                             sg[i].seq, sg[i].n, sg[i].pos0, c->n_ctx);
         for (int j = 0; j < i; j++)
-            if (sg[j].seq == sg[i].seq) return dsq_fail(DSQ_ERR_ARG, "forward: sequence %d twice in a batch", sg[i].seq);
+            if (sg[j].seq == sg[i].seq)
+                return dsq_fail(DSQ_ERR_ARG, "forward: sequence %d twice in a batch", sg[i].seq);
         total += sg[i].n;
     }
     if (total > INT32_MAX / 2) return dsq_fail(DSQ_ERR_ARG, "forward: a batch of %lld rows", (long long)total);

@@ -45,26 +45,10 @@ const dsq_backend *dsq_ctx_backend(const dsq_ctx *c);
 void dsq_ctx_free(dsq_ctx *c);
 const dsq_model *dsq_ctx_model(const dsq_ctx *c);
 int dsq_ctx_n_ctx(const dsq_ctx *c);
-/* llamacpp = true: every product rounds its activations to the weight type's
- * vec_dot type (Q8_K for k-quants, Q8_0/Q8_1 for legacy types, F16 for F16
- * rows) at any batch size, which is what llama.cpp's CPU backend does in
- * prefill too. Default false: batched products keep F32 activations (more
- * accurate; transformers' arithmetic), and only decode (<= 7 tokens) rounds. */
-void dsq_ctx_set_llamacpp_act(dsq_ctx *c, bool llamacpp);
-/* int8act = true: as the default, except that the block types paired with
- * Q8_0 activations (Q8_0, Q4_0, Q5_0, IQ4_NL) keep the decode path's rounding
- * in batches too and multiply in int8 (dsq_linear_forward_int8act): prefill
- * and decode then compute those types alike, as llama.cpp does, at the int8
- * kernel's speed. generate, serve and bench_forward run this way; ppl, kld
- * and calibration keep the default unless asked. */
-void dsq_ctx_set_int8_act(dsq_ctx *c, bool int8act);
-/* bf16 = true: batched products round activations and weights to BF16 and
- * accumulate in F32 (dsq_linear_forward_bf16), the arithmetic of a BF16 model
- * in torch; calibration passes use it for speed. Attention's two products
- * too, with a polynomial exp in its softmax. Replaces the llamacpp mode (one
- * mode at a time). */
-void dsq_ctx_set_bf16(dsq_ctx *c, bool bf16);
-bool dsq_ctx_bf16(const dsq_ctx *c);
+/* How batched products are computed (runtime/matmul_mode.h); the default is
+ * DSQ_MATMUL_DEFAULT. */
+void dsq_ctx_set_matmul(dsq_ctx *c, dsq_matmul_mode mode);
+dsq_matmul_mode dsq_ctx_matmul_mode(const dsq_ctx *c);
 /* y = x W^T + b for any linear, with the context's backend, threads and
  * arithmetic (calibration's own products: losses on modified weights). */
 dsq_status dsq_ctx_matmul(dsq_ctx *c, const dsq_linear *W, const float *x, float *y, int n);

@@ -527,10 +527,7 @@ void dsq_srv_free(dsq_srv *e)
     free(e);
 }
 
-static void *exit_at_once(void *arg)
-{
-    pthread_exit(arg);
-}
+static void *exit_at_once(void *arg) { pthread_exit(arg); }
 
 /* The engine thread owns an OpenMP thread pool; when it ends, libgomp ends
  * the pool's threads with pthread_exit, and glibc loads libgcc_s (the
@@ -569,7 +566,7 @@ dsq_status dsq_srv_new(const dsq_model *m, const dsq_srv_opts *o, dsq_srv **out)
                        ? DSQ_OK
                        : dsq_fail(DSQ_ERR_NOMEM, "serve: out of memory for batches of %zu rows", rows);
     if (s == DSQ_OK) s = dsq_ctx_new_seqs(m, &dsq_backend_cpu, o->n_ctx, o->n_slots, o->threads, &e->ctx);
-    if (s == DSQ_OK) dsq_ctx_set_int8_act(e->ctx, o->int8_act);
+    if (s == DSQ_OK) dsq_ctx_set_matmul(e->ctx, o->int8_act ? DSQ_MATMUL_INT8ACT : DSQ_MATMUL_DEFAULT);
     e->counts.kv_total = (int64_t)o->n_slots * o->n_ctx;
     if (s == DSQ_OK) warm_unwinder();
     if (s == DSQ_OK && pthread_create(&e->th, NULL, engine_main, e) != 0)

@@ -65,7 +65,7 @@ typedef struct dsq_srv_opts {
     int chunk;     /* prompt rows per step */
     int threads;
     /* prompt batches of the Q8_0-paired block types in int8 on rounded
-     * activations (dsq_ctx_set_int8_act); off, scores equal `dsquant ppl`'s */
+     * activations (DSQ_MATMUL_INT8ACT); off, scores equal `dsquant ppl`'s */
     bool int8_act;
 } dsq_srv_opts;
 

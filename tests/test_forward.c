@@ -21,21 +21,21 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
-#include "formats/block_llama.h"
 #include "core/dtype.h"
 #include "core/fileio.h"
 #include "core/status.h"
 #include "datasets/registry.h"
 #include "eval/perplexity.h"
+#include "formats/block_llama.h"
 #include "formats/gguf.h"
 #include "formats/hf_config.h"
 #include "formats/hf_names.h"
 #include "formats/safetensors.h"
-#include "quantizers/qtypes.h"
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
-#include "runtime/cpu/ops.h"
 #include "kernels/vec.h"
+#include "quantizers/qtypes.h"
+#include "runtime/cpu/ops.h"
 #include "runtime/forward.h"
 #include "runtime/linear.h"
 #include "runtime/model.h"
@@ -70,8 +70,8 @@ static void expect_ok(dsq_status s)
 /* ================================================================ GEMM */
 
 /* Reference product in double; bound[i] = sum |a||b| (the scale of rounding). */
-static void naive_gemm(dsq_gemm_b bl, int m, int n, int k, const float *A, int lda, const float *B, int ldb,
-                       double *C, double *bound)
+static void naive_gemm(dsq_gemm_b bl, int m, int n, int k, const float *A, int lda, const float *B, int ldb, double *C,
+                       double *bound)
 {
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
@@ -124,8 +124,7 @@ static void test_gemm_matches_naive(void **state)
             for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
                 for (size_t c = 0; c < sizeof ks / sizeof ks[0]; c++)
                     for (int bl = 0; bl < 2; bl++)
-                        for (int acc = 0; acc < 2; acc++)
-                            gemm_case(isas[is], (dsq_gemm_b)bl, ms[a], ns[b], ks[c], acc);
+                        for (int acc = 0; acc < 2; acc++) gemm_case(isas[is], (dsq_gemm_b)bl, ms[a], ns[b], ks[c], acc);
 }
 
 /* The AVX-512 12x32 kernel gives the AVX2 6x16 kernel's bits on every
@@ -280,7 +279,7 @@ static void linear_case(dsq_type t, int threads)
             if (fabs(y[i] - refq[i]) > tol)
                 fail_msg("%s gemv: y[%d] = %g, want %g", dsq_type_name(t), i, y[i], refq[i]);
         assert_true(y[n1 * out] == 0); /* nothing past the rows asked for */
-        if (qt) { /* the activations really were rounded */
+        if (qt) {                      /* the activations really were rounded */
             double diff = 0;
             for (int i = 0; i < out; i++) diff = fmax(diff, fabs(refq[i] - ref[i]));
             assert_true(diff > 1e-4 * scale);
@@ -299,8 +298,8 @@ static void linear_case(dsq_type t, int threads)
 static void test_linear_every_type(void **state)
 {
     (void)state;
-    static const dsq_type types[] = {DSQ_TYPE_F32,  DSQ_TYPE_F16,  DSQ_TYPE_BF16, DSQ_TYPE_Q4_0,  DSQ_TYPE_Q4_1,
-                                     DSQ_TYPE_Q5_0, DSQ_TYPE_Q5_1, DSQ_TYPE_Q8_0, DSQ_TYPE_Q2_K,  DSQ_TYPE_Q3_K,
+    static const dsq_type types[] = {DSQ_TYPE_F32,  DSQ_TYPE_F16,  DSQ_TYPE_BF16, DSQ_TYPE_Q4_0,   DSQ_TYPE_Q4_1,
+                                     DSQ_TYPE_Q5_0, DSQ_TYPE_Q5_1, DSQ_TYPE_Q8_0, DSQ_TYPE_Q2_K,   DSQ_TYPE_Q3_K,
                                      DSQ_TYPE_Q4_K, DSQ_TYPE_Q5_K, DSQ_TYPE_Q6_K, DSQ_TYPE_IQ4_NL, DSQ_TYPE_IQ4_XS};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         linear_case(types[i], 1);
@@ -399,7 +398,8 @@ static void check_rope(const dsq_arch *a, dsq_rope_layout lay, const double *inv
     dsq_rope r;
     expect_ok(dsq_rope_init(&r, a, lay, NULL));
     for (int i = 0; i < hd / 2; i++)
-        if (fabs(r.inv_freq[i] - inv[i]) > 1e-6 * inv[i]) fail_msg("inv_freq[%d] = %g, want %g", i, r.inv_freq[i], inv[i]);
+        if (fabs(r.inv_freq[i] - inv[i]) > 1e-6 * inv[i])
+            fail_msg("inv_freq[%d] = %g, want %g", i, r.inv_freq[i], inv[i]);
     assert_true(fabs(r.mscale - mscale) < 1e-6);
     float *x = randm((size_t)ntok * stride, 1), *x0 = malloc((size_t)ntok * stride * sizeof *x0);
     memcpy(x0, x, (size_t)ntok * stride * sizeof *x0);
@@ -410,7 +410,8 @@ static void check_rope(const dsq_arch *a, dsq_rope_layout lay, const double *inv
             rope_direct(lay, x0 + t * stride + h * hd, y, hd, pos0 + t, inv, mscale);
             for (int i = 0; i < hd; i++)
                 if (fabs(x[t * stride + h * hd + i] - y[i]) > tol)
-                    fail_msg("rope layout %d pos %d dim %d: %g, want %g", lay, pos0 + t, i, x[t * stride + h * hd + i], y[i]);
+                    fail_msg("rope layout %d pos %d dim %d: %g, want %g", lay, pos0 + t, i, x[t * stride + h * hd + i],
+                             y[i]);
         }
         for (int i = heads * hd; i < stride; i++) assert_true(x[t * stride + i] == x0[t * stride + i]);
     }
@@ -558,8 +559,8 @@ static void attention_case_v(int heads, int kv, int hd, int hv, int window, int 
     double *ref = malloc((size_t)n * qs * sizeof *ref);
     naive_attention(&s, q, kc, vc, ref, n, pos0);
     float *out = malloc((size_t)n * qs * sizeof *out);
-    dsq_status (*fns[3])(const dsq_attn_shape *, const float *, const float *, const float *, float *, int, int) = {
-        dsq_cpu_attention_rows, dsq_cpu_attention_blocked, dsq_cpu_attention};
+    dsq_status (*fns[3])(const dsq_attn_shape *, const float *, const float *, const float *, float *, int,
+                         int) = {dsq_cpu_attention_rows, dsq_cpu_attention_blocked, dsq_cpu_attention};
     for (int f = 0; f < 3; f++) {
         memset(out, 0xff, (size_t)n * qs * sizeof *out); /* NaN everywhere: every output must be written */
         expect_ok(fns[f](&s, q, kc, vc, out, n, pos0));
@@ -594,8 +595,8 @@ static void test_attention_vs_naive(void **state)
     attention_case(2, 1, 8, 9, 3, 20);   /* few rows, windowed */
     attention_case(6, 2, 16, 0, 300, 7); /* several of the taller BF16 blocks */
     attention_case(6, 2, 16, 40, 300, 7);
-    attention_case_v(4, 4, 24, 16, 0, 40, 5); /* value heads narrower than query/key heads (MLA) */
-    attention_case_v(4, 2, 12, 20, 0, 3, 9);  /* wider, decode */
+    attention_case_v(4, 4, 24, 16, 0, 40, 5);              /* value heads narrower than query/key heads (MLA) */
+    attention_case_v(4, 2, 12, 20, 0, 3, 9);               /* wider, decode */
     dsq_attn_shape bad = {6, 4, 16, 0, false, 0, 0.0f, 0}; /* heads not a multiple of kv heads */
     float z[16] = {0};
     assert_int_equal(dsq_cpu_attention(&bad, z, z, z, z, 1, 0), DSQ_ERR_ARG);
@@ -618,7 +619,8 @@ static dsq_arch tiny_arch(tiny_kind k)
     dsq_arch a;
     memset(&a, 0, sizeof a);
     a.family = k == TINY_QWEN2 ? DSQ_ARCH_QWEN2 : DSQ_ARCH_LLAMA;
-    snprintf(a.hf_architecture, sizeof a.hf_architecture, "%s", k == TINY_QWEN2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM");
+    snprintf(a.hf_architecture, sizeof a.hf_architecture, "%s",
+             k == TINY_QWEN2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM");
     snprintf(a.model_type, sizeof a.model_type, "%s", k == TINY_QWEN2 ? "qwen2" : "llama");
     a.hidden_size = T_HIDDEN;
     a.intermediate_size = T_FFN;
@@ -685,11 +687,11 @@ static void tiny_build(tiny_model *m, tiny_kind k)
     if (k != TINY_LLAMA_TIED) tiny_add(m, "lm_head.weight", "output.weight", 2, T_VOCAB, T_HIDDEN, 0, 0.1f, 0);
     for (int l = 0; l < T_LAYERS; l++) {
         char h[96], g[96];
-#define L2(hn, gn, d0, d1, perm, sc)                                                                                 \
-    snprintf(h, sizeof h, "model.layers.%d.%s", l, hn), snprintf(g, sizeof g, "blk.%d.%s", l, gn),                  \
+#define L2(hn, gn, d0, d1, perm, sc)                                                                                   \
+    snprintf(h, sizeof h, "model.layers.%d.%s", l, hn), snprintf(g, sizeof g, "blk.%d.%s", l, gn),                     \
         tiny_add(m, h, g, 2, d0, d1, perm, sc, 0)
-#define L1(hn, gn, d0, sc, off)                                                                                      \
-    snprintf(h, sizeof h, "model.layers.%d.%s", l, hn), snprintf(g, sizeof g, "blk.%d.%s", l, gn),                  \
+#define L1(hn, gn, d0, sc, off)                                                                                        \
+    snprintf(h, sizeof h, "model.layers.%d.%s", l, hn), snprintf(g, sizeof g, "blk.%d.%s", l, gn),                     \
         tiny_add(m, h, g, 1, d0, 0, 0, sc, off)
         L1("input_layernorm.weight", "attn_norm.weight", T_HIDDEN, 0.1f, 1);
         L1("post_attention_layernorm.weight", "ffn_norm.weight", T_HIDDEN, 0.1f, 1);
@@ -780,7 +782,8 @@ static char *tiny_write_hf(const tiny_model *m, const char *dir)
     free(json);
     dsq_st_writer *w;
     expect_ok(dsq_st_writer_new(path, "model", 1ull << 30, &w));
-    for (int i = 0; i < m->n; i++) expect_ok(dsq_st_writer_add(w, m->t[i].hf, DSQ_TYPE_F32, m->t[i].n_dims, m->t[i].shape));
+    for (int i = 0; i < m->n; i++)
+        expect_ok(dsq_st_writer_add(w, m->t[i].hf, DSQ_TYPE_F32, m->t[i].n_dims, m->t[i].shape));
     expect_ok(dsq_st_writer_begin(w));
     for (int i = 0; i < m->n; i++) {
         uint64_t n = (uint64_t)m->t[i].shape[0] * (m->t[i].n_dims == 2 ? (uint64_t)m->t[i].shape[1] : 1);
@@ -844,7 +847,6 @@ static void test_tiny_gguf_equals_hf(void **state)
         dsq_test_rmtmp(dir);
     }
 }
-
 
 /* Continuous batching: two sequences prefilled and decoded together, in
  * segments of different lengths and positions, give each sequence the logits
@@ -1083,7 +1085,7 @@ static void test_tiny_forward_paths(void **state)
     stop_ends_the_pass(c);
 
     /* BF16 products: close to F32, not equal; back to F32 exactly. */
-    dsq_ctx_set_bf16(c, true);
+    dsq_ctx_set_matmul(c, DSQ_MATMUL_BF16);
     expect_ok(dsq_forward(c, g_tiny_toks, 11, 0, lg));
     double dmax = 0, rmax = 0;
     for (int i = 0; i < 11 * T_VOCAB; i++) {
@@ -1091,7 +1093,7 @@ static void test_tiny_forward_paths(void **state)
         rmax = fmax(rmax, fabs((double)ref[i]));
     }
     if (!(dmax > 0 && dmax < 0.02 * rmax)) fail_msg("bf16 logits: max diff %g (max |logit| %g)", dmax, rmax);
-    dsq_ctx_set_bf16(c, false);
+    dsq_ctx_set_matmul(c, DSQ_MATMUL_DEFAULT);
     expect_ok(dsq_forward(c, g_tiny_toks, 11, 0, lg));
     assert_close(lg, ref, 11 * T_VOCAB, 0, "F32 again");
 
@@ -1168,7 +1170,7 @@ static double max_diff(const float *a, const float *b, size_t n)
     return d;
 }
 
-/* dsq_ctx_set_llamacpp_act: an 11-token prefill over Q8_0 weights takes the
+/* DSQ_MATMUL_LLAMACPP: an 11-token prefill over Q8_0 weights takes the
  * decode path's rounded activations, so it equals a token-by-token pass (up to
  * the attention's summation order) and differs from the default F32 prefill. */
 static void test_llamacpp_act(void **state)
@@ -1187,13 +1189,13 @@ static void test_llamacpp_act(void **state)
     float *dec = malloc(n * sizeof *dec), *pre = malloc(n * sizeof *pre), *lla = malloc(n * sizeof *lla);
     for (int t = 0; t < 11; t++) expect_ok(dsq_forward(c, g_tiny_toks + t, 1, t, dec + t * T_VOCAB));
     expect_ok(dsq_forward(c, g_tiny_toks, 11, 0, pre));
-    dsq_ctx_set_llamacpp_act(c, true);
+    dsq_ctx_set_matmul(c, DSQ_MATMUL_LLAMACPP);
     expect_ok(dsq_forward(c, g_tiny_toks, 11, 0, lla));
     double d_lla = max_diff(lla, dec, n), d_pre = max_diff(pre, dec, n);
     print_message("max logit difference from decode: llamacpp act %g, default prefill %g\n", d_lla, d_pre);
     if (!(d_lla <= 1e-4 && d_pre > 10 * d_lla && d_pre > 1e-5))
         fail_msg("llamacpp act vs decode %g, default prefill vs decode %g", d_lla, d_pre);
-    dsq_ctx_set_llamacpp_act(c, false);
+    dsq_ctx_set_matmul(c, DSQ_MATMUL_DEFAULT);
     expect_ok(dsq_forward(c, g_tiny_toks, 11, 0, lla));
     assert_true(max_diff(lla, pre, n) == 0);
     free(dec), free(pre), free(lla), free(gg);
@@ -1320,8 +1322,10 @@ static void test_dataset_lookup(void **state)
     assert_non_null(strstr(dsq_errmsg(), dir));
     assert_int_equal(chdir(cwd), 0);
     free(cwd);
-    if (old_cache) setenv("DSQ_CACHE", old_cache, 1);
-    else unsetenv("DSQ_CACHE");
+    if (old_cache)
+        setenv("DSQ_CACHE", old_cache, 1);
+    else
+        unsetenv("DSQ_CACHE");
     if (old_shared) setenv("DSQ_SHARED_DIR", old_shared, 1);
     free(old_cache), free(old_shared);
     char *zst = dsq_test_shared("datasets/wikitext-2-raw-v1.test.hfjoin.txt.zst");
@@ -1488,7 +1492,8 @@ static void test_smollm2_ppl(void **state)
     int32_t *toks = malloc((size_t)n * sizeof *toks);
     int_array(cJSON_GetObjectItem(pr, "tokens"), toks, n);
     double ref_nll = 0;
-    for (int i = 0; i < chunks; i++) ref_nll += cJSON_GetArrayItem(cJSON_GetObjectItem(pr, "chunk_nll"), i)->valuedouble;
+    for (int i = 0; i < chunks; i++)
+        ref_nll += cJSON_GetArrayItem(cJSON_GetObjectItem(pr, "chunk_nll"), i)->valuedouble;
     double ref_ppl = exp(ref_nll / ((double)chunks * (ctx - 1)));
     dsq_ctx *c;
     expect_ok(dsq_ctx_new(s.m, ctx, 0, &c));
@@ -1512,24 +1517,15 @@ static void test_smollm2_ppl(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gemm_matches_naive),
-        cmocka_unit_test(test_gemm_avx512_equals_avx2),
-        cmocka_unit_test(test_scalar_vs_simd),
-        cmocka_unit_test(test_linear_every_type),
-        cmocka_unit_test(test_rmsnorm_swiglu_add),
-        cmocka_unit_test(test_embed),
-        cmocka_unit_test(test_rope_plain_and_linear),
-        cmocka_unit_test(test_rope_llama3_yarn),
-        cmocka_unit_test(test_rope_layouts_consistent),
-        cmocka_unit_test(test_attention_vs_naive),
-        cmocka_unit_test(test_tiny_gguf_equals_hf),
-        cmocka_unit_test(test_tiny_forward_paths),
-        cmocka_unit_test(test_batch_equals_alone),
-        cmocka_unit_test(test_llamacpp_act),
-        cmocka_unit_test(test_ppl_protocols),
-        cmocka_unit_test(test_dataset_lookup),
-        cmocka_unit_test(test_smollm2_logits),
-        cmocka_unit_test(test_smollm2_ppl),
+        cmocka_unit_test(test_gemm_matches_naive),      cmocka_unit_test(test_gemm_avx512_equals_avx2),
+        cmocka_unit_test(test_scalar_vs_simd),          cmocka_unit_test(test_linear_every_type),
+        cmocka_unit_test(test_rmsnorm_swiglu_add),      cmocka_unit_test(test_embed),
+        cmocka_unit_test(test_rope_plain_and_linear),   cmocka_unit_test(test_rope_llama3_yarn),
+        cmocka_unit_test(test_rope_layouts_consistent), cmocka_unit_test(test_attention_vs_naive),
+        cmocka_unit_test(test_tiny_gguf_equals_hf),     cmocka_unit_test(test_tiny_forward_paths),
+        cmocka_unit_test(test_batch_equals_alone),      cmocka_unit_test(test_llamacpp_act),
+        cmocka_unit_test(test_ppl_protocols),           cmocka_unit_test(test_dataset_lookup),
+        cmocka_unit_test(test_smollm2_logits),          cmocka_unit_test(test_smollm2_ppl),
     };
     return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }

@@ -11,6 +11,7 @@
 #include "core/tensor.h"
 #include "formats/hf_config.h"
 #include "runtime/linear.h"
+#include "runtime/matmul_mode.h"
 
 /* ---- RoPE ----
  * NORM: rotates interleaved pairs (x[2i], x[2i+1]) (ggml's ROPE NORM; the
@@ -90,14 +91,6 @@ void dsq_cpu_swiglu_fast(const float *gate, const float *up, float *out, size_t 
 void dsq_cpu_add(float *y, const float *x, size_t n);
 /* out[t] = row tokens[t] of E (any storage type, dequantized). */
 dsq_status dsq_cpu_embed(const dsq_tensor *E, const int32_t *tokens, int n_tok, float *out);
-/* How dsq_cpu_matmul multiplies a batch. */
-typedef enum dsq_matmul_mode {
-    DSQ_MATMUL_DEFAULT = 0, /* F32 GEMM for batches, the decode path for <= 7 tokens */
-    DSQ_MATMUL_LLAMACPP,    /* the decode path (activations rounded to the vec_dot type) at any n_tok */
-    DSQ_MATMUL_BF16,        /* batches in BF16 with F32 accumulation (dsq_linear_forward_bf16) */
-    DSQ_MATMUL_INT8ACT,     /* DEFAULT, but Q8_0-paired block types keep the decode path's
-                               rounding in batches (dsq_linear_forward_int8act) */
-} dsq_matmul_mode;
 
 /* y = x W^T + b (runtime/linear.h), as mode says. */
 dsq_status dsq_cpu_matmul(const dsq_linear *W, const float *x, float *y, int n_tok, dsq_matmul_mode mode);
@@ -127,8 +120,8 @@ dsq_status dsq_cpu_attention(const dsq_attn_shape *s, const float *q, const floa
                              int n, int pos0);
 /* The two implementations (the op picks by n): one query at a time with dot
  * products, and blocks of queries with the GEMM kernel. */
-dsq_status dsq_cpu_attention_rows(const dsq_attn_shape *s, const float *q, const float *kc, const float *vc,
-                                  float *out, int n, int pos0);
+dsq_status dsq_cpu_attention_rows(const dsq_attn_shape *s, const float *q, const float *kc, const float *vc, float *out,
+                                  int n, int pos0);
 dsq_status dsq_cpu_attention_blocked(const dsq_attn_shape *s, const float *q, const float *kc, const float *vc,
                                      float *out, int n, int pos0);
 
