@@ -243,20 +243,13 @@ void dsq_gemm_bf16_pad_rows(const uint16_t *A, int64_t lda, int64_t mr, int64_t 
  * over up to AMX_KBLOCKS K blocks while it stays in the tiles, instead of
  * going to memory and back after every block (at 8192 tokens C is far past
  * the caches). Same products, same F32 accumulation, same bits. */
-/* Row blocks that take each chunk of a B panel in turn while it is in L1,
- * and the chunk: AMX_KCHUNK K blocks of one 32-column panel. With a whole
- * panel per visit (a 1536-deep panel is 96 KiB) B came from L2 for every row
- * block and each step's four tile loads asked L2 for 64 bytes a cycle; with
- * the chunk in L1 only A's two tiles (and C's once per chunk) come from L2.
- * C goes to memory and back between chunks: exact for F32, same bits. */
-#ifndef DSQ_AMX_GROUP
-#define DSQ_AMX_GROUP 8
-#endif
-#ifndef DSQ_AMX_KCHUNK
-#define DSQ_AMX_KCHUNK 2
-#endif
-#define AMX_GROUP DSQ_AMX_GROUP
-#define AMX_KCHUNK DSQ_AMX_KCHUNK
+/* Row blocks that take each B panel in turn while it is in L1 (a panel of a
+ * 576-deep B is 36 KiB), halving B's trips from L2 against one row block at a
+ * time; more blocks per group spread C's stores over more rows at once, which
+ * cost more than they saved at wide outputs (bench_gemm_bf16, 1 thread:
+ * groups of 2 gained 7-14% at 512-8192 tokens, of 4 and 8 lost up to 10% at
+ * 8192 x 1536 x 576). */
+#define AMX_GROUP 2
 
 /* The K blocks of rows [i0, i0 + mr) for blocks b0.. (nkb of them), padded
  * into apad when the rows or the pair count need it. */
@@ -292,7 +285,7 @@ static bool amx_unpadded(int64_t k)
 static void packed_amx(int64_t m, int64_t n_all, int64_t c0, int64_t n, int64_t k, const uint16_t *A, int64_t lda,
                        const uint16_t *P, float *C, int64_t ldc, bool accumulate, uint16_t *apad, float *ctmp)
 {
-    dsq_gemm_bf16_amx_kblock kb[AMX_GROUP][AMX_KBLOCKS], kq[AMX_KCHUNK];
+    dsq_gemm_bf16_amx_kblock kb[AMX_GROUP][AMX_KBLOCKS], kq[AMX_KBLOCKS];
     int64_t nkb_all = kblocks_of(k), whole = m / AMX_ROWS;
     int64_t group = amx_unpadded(k) ? AMX_GROUP : 1;
     dsq_gemm_bf16_amx_begin();
@@ -307,17 +300,13 @@ static void packed_amx(int64_t m, int64_t n_all, int64_t c0, int64_t n, int64_t 
             }
             for (int64_t q = 0; q < panels_of(n); q++) {
                 int64_t nr = n - q * NR < NR ? n - q * NR : NR;
-                for (int64_t c = 0; c < nkb; c += AMX_KCHUNK) {
-                    int64_t nc = nkb - c < AMX_KCHUNK ? nkb - c : AMX_KCHUNK;
-                    for (int64_t r = 0; r < ng; r++) {
-                        int64_t ir = i0 + r * AMX_ROWS, mr = m - ir < AMX_ROWS ? m - ir : AMX_ROWS;
-                        for (int64_t b = 0; b < nc; b++) {
-                            kq[b] = kb[r][c + b];
-                            kq[b].B += q * NR * 2 * kb[r][c + b].npa;
-                        }
-                        dsq_gemm_bf16_tile_amx(nc, kq, mr, nr, C + ir * ldc + q * NR, ldc,
-                                               accumulate || b0 > 0 || c > 0, ctmp);
+                for (int64_t r = 0; r < ng; r++) {
+                    int64_t ir = i0 + r * AMX_ROWS, mr = m - ir < AMX_ROWS ? m - ir : AMX_ROWS;
+                    for (int64_t b = 0; b < nkb; b++) {
+                        kq[b] = kb[r][b];
+                        kq[b].B += q * NR * 2 * kb[r][b].npa;
                     }
+                    dsq_gemm_bf16_tile_amx(nkb, kq, mr, nr, C + ir * ldc + q * NR, ldc, accumulate || b0 > 0, ctmp);
                 }
             }
         }
