@@ -191,8 +191,7 @@ dsq_status dsq_hessian_finalize(dsq_hessian *h)
 #pragma omp parallel for schedule(dynamic, 16)
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = i; j < n; j++) h->h[i * n + j] *= f;
-            /* the lower triangle from the upper, in tiles so both stay in cache */
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) /* the lower triangle from the upper, in tiles so both stay in cache */
     for (int64_t i0 = 0; i0 < n; i0 += 64)
         for (int64_t j0 = 0; j0 <= i0; j0 += 64)
             for (int64_t i = i0; i < i0 + 64 && i < n; i++)
@@ -276,11 +275,6 @@ static int64_t chol_lower(double *a, int64_t n, double *panel_t)
     return -1;
 }
 
-/* U = J L^-1 J: the inverse of the lower-triangular L in a, index-reversed
- * into the upper-triangular U (float uf or double ud; the lower part is
- * zeroed). Each block of INV_CHUNK columns of L^-1 is an independent forward
- * substitution; a thread keeps its block's solved rows packed (n x INV_CHUNK)
- * so the inner loop reads them from cache while L's rows stream once. */
 /* Row i of L^-1, columns [c0, c0 + w) (b; NULL: zeros), into U's reversed place. */
 static void put_row(float *uf, double *ud, int64_t n, int64_t i, int64_t c0, int64_t w, const double *b)
 {
@@ -327,6 +321,11 @@ static void inv_rows(const double *a, int64_t n, int64_t c0, int64_t w, int64_t 
     }
 }
 
+/* U = J L^-1 J: the inverse of the lower-triangular L in a, index-reversed
+ * into the upper-triangular U (float uf or double ud; the lower part is
+ * zeroed). Each block of INV_CHUNK columns of L^-1 is an independent forward
+ * substitution; a thread keeps its block's solved rows packed (n x INV_CHUNK)
+ * so the inner loop reads them from cache while L's rows stream once. */
 static dsq_status tri_inv_reversed(const double *a, int64_t n, float *uf, double *ud)
 {
     int oom = 0;
