@@ -42,7 +42,7 @@ void dsq_rowupd_f64(int64_t nr, int64_t nk, int64_t w, double *y, int64_t ldy, c
         return;
     }
     for (int64_t r = 0; r < nr; r += DSQ_ROWUPD_ROWS) {
-        int g = nr - r < DSQ_ROWUPD_ROWS ? (int)(nr - r) : DSQ_ROWUPD_ROWS;
+        const int64_t g = nr - r < DSQ_ROWUPD_ROWS ? nr - r : DSQ_ROWUPD_ROWS;
         if (v512)
             dsq_rowupd_f64_avx512(g, nk, w, y + r * ldy, ldy, c + r * ldc, ldc, cs, X, ldx, sign);
         else
@@ -60,22 +60,12 @@ void dsq_rowupd_f32(int64_t nr, int64_t nk, int64_t w, float *y, int64_t ldy, co
         return;
     }
     for (int64_t r = 0; r < nr; r += DSQ_ROWUPD_ROWS) {
-        int g = nr - r < DSQ_ROWUPD_ROWS ? (int)(nr - r) : DSQ_ROWUPD_ROWS;
+        const int64_t g = nr - r < DSQ_ROWUPD_ROWS ? nr - r : DSQ_ROWUPD_ROWS;
         if (v512)
             dsq_rowupd_f32_avx512(g, nk, w, y + r * ldy, ldy, c + r * ldc, ldc, cs, X, ldx, sign);
         else
             dsq_rowupd_f32_avx2(g, nk, w, y + r * ldy, ldy, c + r * ldc, ldc, cs, X, ldx, sign);
     }
-}
-
-void dsq_rowupd_sub_f64(int64_t nk, int64_t w, double *y, const double *c, int64_t cs, const double *X, int64_t ldx)
-{
-    dsq_rowupd_f64(1, nk, w, y, 0, c, 0, cs, X, ldx, -1);
-}
-
-void dsq_rowupd_add_f64(int64_t nk, int64_t w, double *y, const double *c, int64_t cs, const double *X, int64_t ldx)
-{
-    dsq_rowupd_f64(1, nk, w, y, 0, c, 0, cs, X, ldx, 1);
 }
 
 void dsq_rowupd_sub_f32(int64_t nk, int64_t w, float *y, const float *c, int64_t cs, const float *X, int64_t ldx)

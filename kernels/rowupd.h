@@ -22,9 +22,7 @@ void dsq_rowupd_f64(int64_t nr, int64_t nk, int64_t w, double *y, int64_t ldy, c
 void dsq_rowupd_f32(int64_t nr, int64_t nk, int64_t w, float *y, int64_t ldy, const float *c, int64_t ldc, int64_t cs,
                     const float *X, int64_t ldx, int sign);
 
-/* One-row forms: y[j] -= (or +=) c[k * cs] * X[k * ldx + j]. */
-void dsq_rowupd_sub_f64(int64_t nk, int64_t w, double *y, const double *c, int64_t cs, const double *X, int64_t ldx);
-void dsq_rowupd_add_f64(int64_t nk, int64_t w, double *y, const double *c, int64_t cs, const double *X, int64_t ldx);
+/* The one-row form GPTQ's column loop takes: y[j] -= c[k * cs] * X[k * ldx + j]. */
 void dsq_rowupd_sub_f32(int64_t nk, int64_t w, float *y, const float *c, int64_t cs, const float *X, int64_t ldx);
 
 /* The paths (internal; nr <= DSQ_ROWUPD_ROWS for the SIMD ones). */
@@ -32,13 +30,13 @@ void dsq_rowupd_f64_scalar(int64_t nr, int64_t nk, int64_t w, double *y, int64_t
                            int64_t cs, const double *X, int64_t ldx, int sign);
 void dsq_rowupd_f32_scalar(int64_t nr, int64_t nk, int64_t w, float *y, int64_t ldy, const float *c, int64_t ldc,
                            int64_t cs, const float *X, int64_t ldx, int sign);
-void dsq_rowupd_f64_avx512(int nr, int64_t nk, int64_t w, double *y, int64_t ldy, const double *c, int64_t ldc,
+void dsq_rowupd_f64_avx512(int64_t nr, int64_t nk, int64_t w, double *y, int64_t ldy, const double *c, int64_t ldc,
                            int64_t cs, const double *X, int64_t ldx, int sign);
-void dsq_rowupd_f32_avx512(int nr, int64_t nk, int64_t w, float *y, int64_t ldy, const float *c, int64_t ldc,
+void dsq_rowupd_f32_avx512(int64_t nr, int64_t nk, int64_t w, float *y, int64_t ldy, const float *c, int64_t ldc,
                            int64_t cs, const float *X, int64_t ldx, int sign);
-void dsq_rowupd_f64_avx2(int nr, int64_t nk, int64_t w, double *y, int64_t ldy, const double *c, int64_t ldc,
+void dsq_rowupd_f64_avx2(int64_t nr, int64_t nk, int64_t w, double *y, int64_t ldy, const double *c, int64_t ldc,
                          int64_t cs, const double *X, int64_t ldx, int sign);
-void dsq_rowupd_f32_avx2(int nr, int64_t nk, int64_t w, float *y, int64_t ldy, const float *c, int64_t ldc, int64_t cs,
-                         const float *X, int64_t ldx, int sign);
+void dsq_rowupd_f32_avx2(int64_t nr, int64_t nk, int64_t w, float *y, int64_t ldy, const float *c, int64_t ldc,
+                         int64_t cs, const float *X, int64_t ldx, int sign);
 
 #endif

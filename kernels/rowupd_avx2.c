@@ -81,7 +81,7 @@ INLINE void f32_rows(const int R, int64_t nk, int64_t w, float *y, int64_t ldy, 
     }
 }
 
-void dsq_rowupd_f64_avx2(int nr, int64_t nk, int64_t w, double *y, int64_t ldy, const double *c, int64_t ldc,
+void dsq_rowupd_f64_avx2(int64_t nr, int64_t nk, int64_t w, double *y, int64_t ldy, const double *c, int64_t ldc,
                          int64_t cs, const double *X, int64_t ldx, int sign)
 {
     switch (nr) {
@@ -92,8 +92,8 @@ void dsq_rowupd_f64_avx2(int nr, int64_t nk, int64_t w, double *y, int64_t ldy, 
     }
 }
 
-void dsq_rowupd_f32_avx2(int nr, int64_t nk, int64_t w, float *y, int64_t ldy, const float *c, int64_t ldc, int64_t cs,
-                         const float *X, int64_t ldx, int sign)
+void dsq_rowupd_f32_avx2(int64_t nr, int64_t nk, int64_t w, float *y, int64_t ldy, const float *c, int64_t ldc,
+                         int64_t cs, const float *X, int64_t ldx, int sign)
 {
     switch (nr) {
     case 1: f32_rows(1, nk, w, y, ldy, c, ldc, cs, X, ldx, sign); break;
@@ -105,14 +105,14 @@ void dsq_rowupd_f32_avx2(int nr, int64_t nk, int64_t w, float *y, int64_t ldy, c
 
 #else
 
-void dsq_rowupd_f64_avx2(int nr, int64_t nk, int64_t w, double *y, int64_t ldy, const double *c, int64_t ldc,
+void dsq_rowupd_f64_avx2(int64_t nr, int64_t nk, int64_t w, double *y, int64_t ldy, const double *c, int64_t ldc,
                          int64_t cs, const double *X, int64_t ldx, int sign)
 {
     dsq_rowupd_f64_scalar(nr, nk, w, y, ldy, c, ldc, cs, X, ldx, sign);
 }
 
-void dsq_rowupd_f32_avx2(int nr, int64_t nk, int64_t w, float *y, int64_t ldy, const float *c, int64_t ldc, int64_t cs,
-                         const float *X, int64_t ldx, int sign)
+void dsq_rowupd_f32_avx2(int64_t nr, int64_t nk, int64_t w, float *y, int64_t ldy, const float *c, int64_t ldc,
+                         int64_t cs, const float *X, int64_t ldx, int sign)
 {
     dsq_rowupd_f32_scalar(nr, nk, w, y, ldy, c, ldc, cs, X, ldx, sign);
 }

@@ -71,7 +71,7 @@ INLINE void f32_rows(const int R, int64_t nk, int64_t w, float *y, int64_t ldy, 
     }
 }
 
-void dsq_rowupd_f64_avx512(int nr, int64_t nk, int64_t w, double *y, int64_t ldy, const double *c, int64_t ldc,
+void dsq_rowupd_f64_avx512(int64_t nr, int64_t nk, int64_t w, double *y, int64_t ldy, const double *c, int64_t ldc,
                            int64_t cs, const double *X, int64_t ldx, int sign)
 {
     switch (nr) {
@@ -82,7 +82,7 @@ void dsq_rowupd_f64_avx512(int nr, int64_t nk, int64_t w, double *y, int64_t ldy
     }
 }
 
-void dsq_rowupd_f32_avx512(int nr, int64_t nk, int64_t w, float *y, int64_t ldy, const float *c, int64_t ldc,
+void dsq_rowupd_f32_avx512(int64_t nr, int64_t nk, int64_t w, float *y, int64_t ldy, const float *c, int64_t ldc,
                            int64_t cs, const float *X, int64_t ldx, int sign)
 {
     switch (nr) {
@@ -95,13 +95,13 @@ void dsq_rowupd_f32_avx512(int nr, int64_t nk, int64_t w, float *y, int64_t ldy,
 
 #else
 
-void dsq_rowupd_f64_avx512(int nr, int64_t nk, int64_t w, double *y, int64_t ldy, const double *c, int64_t ldc,
+void dsq_rowupd_f64_avx512(int64_t nr, int64_t nk, int64_t w, double *y, int64_t ldy, const double *c, int64_t ldc,
                            int64_t cs, const double *X, int64_t ldx, int sign)
 {
     dsq_rowupd_f64_scalar(nr, nk, w, y, ldy, c, ldc, cs, X, ldx, sign);
 }
 
-void dsq_rowupd_f32_avx512(int nr, int64_t nk, int64_t w, float *y, int64_t ldy, const float *c, int64_t ldc,
+void dsq_rowupd_f32_avx512(int64_t nr, int64_t nk, int64_t w, float *y, int64_t ldy, const float *c, int64_t ldc,
                            int64_t cs, const float *X, int64_t ldx, int sign)
 {
     dsq_rowupd_f32_scalar(nr, nk, w, y, ldy, c, ldc, cs, X, ldx, sign);
