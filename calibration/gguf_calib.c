@@ -305,6 +305,7 @@ static dsq_status calibrate(gcalib *g, const char *in, const dsq_gguf_calib_opts
         o.skip_indivisible = true; /* such a linear keeps its float plan: written, not searched */
         o.awq.clip = false;
         o.awq_loss_samples = co->loss_samples;
+        if (co->finalists) o.awq.finalists = co->finalists < 0 ? 0 : co->finalists;
         o.emit = put_norms;
         o.user = g;
     }

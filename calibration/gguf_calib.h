@@ -45,11 +45,12 @@ typedef struct dsq_gguf_calib_opts {
     int threads;              /* <= 0: all */
     int max_layers;           /* > 0: only layers [0, max_layers) by the method, the rest plain (tests, quick looks) */
     int loss_samples;         /* AWQ: windows its scale-search loss runs on (<= 0: all, as AutoAWQ) */
+    int finalists;            /* AWQ: grid points run whole after screening (0: the default; < 0: all) */
 } dsq_gguf_calib_opts;
 
 typedef struct dsq_gguf_calib_report {
-    dsq_seq_report seq;       /* the calibration run */
-    dsq_calib_set calib;      /* the windows used (free with dsq_calib_free) */
+    dsq_seq_report seq;             /* the calibration run */
+    dsq_calib_set calib;            /* the windows used (free with dsq_calib_free) */
     dsq_gguf_quantize_report *gguf; /* the file (free with dsq_gguf_quantize_report_free) */
 } dsq_gguf_calib_report;
 

@@ -229,6 +229,24 @@ static bool pass_runs(const dsq_block_desc *d, int id, int half, const dsq_seq_h
     return !h || h->stop_after < 0 || id < h->stop_after;
 }
 
+dsq_status dsq_seq_pack_linears(dsq_seq_runner *r, int l, int half, const dsq_seq_hooks *h)
+{
+    if (dsq_ctx_matmul_mode(r->ctx) != DSQ_MATMUL_BF16) return DSQ_OK;
+    const dsq_block_desc *d = dsq_ctx_model(r->ctx)->block;
+    dsq_layer *L = &dsq_ctx_model(r->ctx)->layers[l];
+    const dsq_arch *a = &dsq_ctx_model(r->ctx)->arch;
+    for (int id = 0; id < d->n_linears; id++)
+        if (pass_runs(d, id, half, h) && dsq_block_linear_present(d, a, l, id) && !d->linears[id].expert)
+            DSQ_TRY(dsq_linear_bf16_pack(&L->lin[id]));
+    return DSQ_OK;
+}
+
+void dsq_seq_unpack_linears(dsq_seq_runner *r, int l)
+{
+    dsq_layer *L = &dsq_ctx_model(r->ctx)->layers[l];
+    for (int id = 0; id < dsq_ctx_model(r->ctx)->block->n_linears; id++) dsq_linear_bf16_unpack(&L->lin[id]);
+}
+
 dsq_status dsq_seq_run_pass(dsq_seq_runner *r, int l, int half, const float *in, float *out, int n, dsq_seq_hooks *h)
 {
     size_t rows = (size_t)r->seqlen * (size_t)r->dim;
@@ -237,16 +255,9 @@ dsq_status dsq_seq_run_pass(dsq_seq_runner *r, int l, int half, const float *in,
         h->d = dsq_ctx_model(r->ctx)->block;
     }
     dsq_ctx_set_hooks(r->ctx, h ? on_linear : NULL, NULL, h);
-    dsq_status s = DSQ_OK;
     /* the layer's weights hold still for the whole pass: BF16 passes pack
      * them once instead of once per sample */
-    const dsq_block_desc *d = dsq_ctx_model(r->ctx)->block;
-    dsq_layer *L = &dsq_ctx_model(r->ctx)->layers[l];
-    int nlin = d->n_linears;
-    const dsq_arch *a = &dsq_ctx_model(r->ctx)->arch;
-    for (int id = 0; id < nlin && s == DSQ_OK && dsq_ctx_matmul_mode(r->ctx) == DSQ_MATMUL_BF16; id++)
-        if (pass_runs(d, id, half, h) && dsq_block_linear_present(d, a, l, id) && !d->linears[id].expert)
-            s = dsq_linear_bf16_pack(&L->lin[id]);
+    dsq_status s = dsq_seq_pack_linears(r, l, half, h);
     for (int i = 0; i < n && s == DSQ_OK; i++) {
         float *buf = out ? out + (size_t)i * rows : r->scratch;
         if (buf != in + (size_t)i * rows) memcpy(buf, in + (size_t)i * rows, rows * sizeof *buf);
@@ -257,7 +268,7 @@ dsq_status dsq_seq_run_pass(dsq_seq_runner *r, int l, int half, const float *in,
             s = dsq_forward_half(r->ctx, l, half, buf, r->seqlen, 0);
         if (s == DSQ_STOP) s = DSQ_OK; /* the stop we asked for */
     }
-    for (int id = 0; id < nlin; id++) dsq_linear_bf16_unpack(&L->lin[id]);
+    dsq_seq_unpack_linears(r, l);
     dsq_ctx_set_hooks(r->ctx, NULL, NULL, NULL);
     return s;
 }

@@ -26,6 +26,7 @@
  * s^2); no clip search (the block quantizers choose their own ranges; as in
  * llm-compressor's AWQ); then every linear of the layer is written in its
  * planned type with that importance, and gguf_calib.c writes the folded norms. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,17 +35,20 @@
 #include "core/bigbuf.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "kernels/cpu.h"
 
 typedef struct awq_st {
     dsq_seq_layer *s;
     dsq_seq_runner *r;
-    int n_loss;                               /* samples in the loss */
-    int64_t nt;                               /* tokens in the loss */
-    int64_t all_tok;                          /* tokens captured */
-    float *X[DSQ_BLOCK_MAX_GROUPS];           /* each group's captured input, all tokens */
-    float *backup[DSQ_BLOCK_MAX_LINEARS];     /* unmodified weights during a search */
-    float *yref, *y, *tx, *work;              /* loss buffers */
-    dsq_seq_moe_eval moe;                     /* MoE layers: the MLP on the loss rows */
+    int n_loss;                           /* samples in the loss */
+    int64_t nt;                           /* tokens in the loss */
+    int part_win, n_parts;                /* the loss in parts of part_win samples */
+    int64_t parts_run;                    /* loss parts computed (the log's screening figure) */
+    int64_t all_tok;                      /* tokens captured */
+    float *X[DSQ_BLOCK_MAX_GROUPS];       /* each group's captured input, all tokens */
+    float *backup[DSQ_BLOCK_MAX_LINEARS]; /* unmodified weights during a search */
+    float *yref, *y, *tx, *work;          /* loss buffers: yref all nt tokens, the rest a part's */
+    dsq_seq_moe_eval moe;                 /* MoE layers: the MLP on the loss rows */
     /* GGUF blocks: mean x^2 of each group's captured input before any
      * scaling, the scales each group took, a column buffer */
     float *xsq[DSQ_BLOCK_MAX_GROUPS];
@@ -63,14 +67,30 @@ typedef struct awq_group {
     bool direct;      /* single-linear loss from the tokens (fewer than the columns) */
 } awq_group;
 
-static double mse(const float *a, const float *b, size_t n)
+#define LOSS_PART_TOKENS 512 /* tokens per loss part: the products' best shape here, small buffers */
+#define SSE_BLOCKS 64        /* fixed, so the sum's order does not depend on the threads */
+
+/* sum (a - b)^2 in double, the same bits for any thread count. */
+static double sse(const float *a, const float *b, size_t n)
 {
-    double acc = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - (double)b[i];
-        acc += d * d;
+    double part[SSE_BLOCKS];
+    const size_t bs = (n + SSE_BLOCKS - 1) / SSE_BLOCKS;
+#pragma omp parallel for schedule(static) num_threads(dsq_cpu_threads())
+    for (int i = 0; i < SSE_BLOCKS; i++) {
+        size_t lo = (size_t)i * bs, hi = lo + bs < n ? lo + bs : n;
+        double acc[4] = {0, 0, 0, 0}; /* independent chains: the loop is latency-bound otherwise */
+        size_t j = lo;
+        for (; j + 4 <= hi; j += 4)
+            for (int u = 0; u < 4; u++) {
+                double d = (double)a[j + u] - (double)b[j + u];
+                acc[u] += d * d;
+            }
+        for (; j < hi; j++) acc[0] += ((double)a[j] - (double)b[j]) * ((double)a[j] - (double)b[j]);
+        part[i] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     }
-    return acc / (double)(n ? n : 1);
+    double t = 0;
+    for (int i = 0; i < SSE_BLOCKS; i++) t += part[i];
+    return t;
 }
 
 /* The half's first group: its input is the half's normed input. */
@@ -117,18 +137,66 @@ static dsq_status edit_expert(void *user, dsq_seq_expert *x)
     return DSQ_OK;
 }
 
-/* The output of group gr's half without its residual, on the loss samples,
- * with the layer's current weights (and, with experts, gr->cur). */
-static dsq_status half_output(awq_st *a, awq_group *gr, float *y)
+/* MoE: the output of the MLP (the experts under gr->cur) on the loss samples. */
+static dsq_status moe_output(awq_st *a, awq_group *gr, float *y)
+{
+    return dsq_seq_moe_eval_run(&a->moe, edit_expert, gr, y);
+}
+
+/* Samples in loss part p, and their tokens. */
+static int part_samples(const awq_st *a, int p)
+{
+    int w0 = p * a->part_win;
+    return a->n_loss - w0 < a->part_win ? a->n_loss - w0 : a->part_win;
+}
+
+static int64_t part_tokens(const awq_st *a, int p) { return (int64_t)part_samples(a, p) * a->r->seqlen; }
+
+/* The output of group gr's half without its residual on loss part p, with
+ * the layer's current weights, into y [part tokens x dim]; its first token. */
+static dsq_status half_part(awq_st *a, awq_group *gr, int p, float *y, int64_t *t0)
 {
     dsq_seq_layer *s = a->s;
-    int g = gr->g;
-    if (gr->experts) return dsq_seq_moe_eval_run(&a->moe, edit_expert, gr, y);
-    int half = s->d->groups[g].half;
+    int half = s->d->groups[gr->g].half;
     int g0 = half_first_group(s->d, half), tail = dsq_block_group_first(s->d, half_tail_group(s->d, half));
+    int nw = part_samples(a, p);
     dsq_ctx *c = a->r->ctx;
-    DSQ_TRY(dsq_forward_tail_input(c, s->l, half, a->X[g0], a->tx, a->work, a->n_loss, a->r->seqlen));
-    return dsq_ctx_matmul(c, &s->m->layers[s->l].lin[tail], a->tx, y, (int)a->nt);
+    *t0 = (int64_t)p * a->part_win * a->r->seqlen;
+    const float *x = a->X[g0] + *t0 * dsq_seq_lin_in(s, dsq_seq_group_first(s, g0));
+    DSQ_TRY(dsq_forward_tail_input(c, s->l, half, x, a->tx, a->work, nw, a->r->seqlen));
+    return dsq_ctx_matmul(c, &s->m->layers[s->l].lin[tail], a->tx, y, nw * a->r->seqlen);
+}
+
+/* The half's output on every loss part into yref (the float reference). */
+static dsq_status half_reference(awq_st *a, awq_group *gr)
+{
+    if (gr->experts) return moe_output(a, gr, a->yref);
+    dsq_status st = dsq_seq_pack_linears(a->r, a->s->l, a->s->d->groups[gr->g].half, NULL);
+    int64_t t0;
+    for (int p = 0; p < a->n_parts && st == DSQ_OK; p++) {
+        st = half_part(a, gr, p, a->y, &t0);
+        if (st == DSQ_OK)
+            memcpy(a->yref + t0 * a->s->m->dim, a->y, (size_t)(part_tokens(a, p) * a->s->m->dim) * sizeof(float));
+    }
+    dsq_seq_unpack_linears(a->r, a->s->l);
+    return st;
+}
+
+/* Loss parts [p0, p1) of the half's output against yref, each its share of
+ * the mean, added to *acc; stops once *acc > bound. */
+static dsq_status half_loss(awq_st *a, awq_group *gr, int p0, int p1, double bound, double *acc)
+{
+    const int64_t dim = a->s->m->dim;
+    const double n = (double)(a->nt * dim);
+    dsq_status st = dsq_seq_pack_linears(a->r, a->s->l, a->s->d->groups[gr->g].half, NULL);
+    int64_t t0;
+    for (int p = p0; p < p1 && st == DSQ_OK && !(*acc > bound); p++) {
+        st = half_part(a, gr, p, a->y, &t0);
+        if (st == DSQ_OK) *acc += sse(a->y, a->yref + t0 * dim, (size_t)(part_tokens(a, p) * dim)) / n;
+        a->parts_run++;
+    }
+    dsq_seq_unpack_linears(a->r, a->s->l);
+    return st;
 }
 
 /* GGUF blocks: linear id's planned type and the importance of its columns
@@ -157,7 +225,7 @@ static dsq_status gguf_fake(awq_st *a, int id, const float *sc)
     return dsq_awq_fake_quant_blocks(a->backup[id], rows, cols, sc, type, imp, s->w[id]);
 }
 
-static dsq_status group_loss(void *user, const float *sc, double *loss)
+static dsq_status group_loss(void *user, const float *sc, int p0, int p1, double bound, double *acc)
 {
     awq_group *gr = user;
     awq_st *a = gr->a;
@@ -168,21 +236,23 @@ static dsq_status group_loss(void *user, const float *sc, double *loss)
         if (s->o->gguf)
             DSQ_TRY(gguf_fake(a, id, sc));
         else
-            DSQ_TRY(dsq_awq_fake_quant(a->backup[id], dsq_seq_lin_out(s, id), dsq_seq_lin_in(s, id), sc,
-                                       &s->o->awq.q, s->w[id]));
+            DSQ_TRY(dsq_awq_fake_quant(a->backup[id], dsq_seq_lin_out(s, id), dsq_seq_lin_in(s, id), sc, &s->o->awq.q,
+                                       s->w[id]));
     }
-    if (gr->direct) {
-        int id = gr->ids[0];
-        return dsq_awq_direct_loss(a->backup[id], s->w[id], dsq_seq_lin_out(s, id), gr->cols, a->X[gr->g], a->all_tok,
-                                   loss);
-    }
-    if (gr->G) {
-        int id = gr->ids[0];
-        return dsq_awq_quad_loss(a->backup[id], s->w[id], dsq_seq_lin_out(s, id), dsq_seq_lin_in(s, id), gr->G,
-                                 s->o->bf16, loss);
-    }
-    DSQ_TRY(half_output(a, gr, a->y));
-    *loss = mse(a->y, a->yref, (size_t)(a->nt * s->m->dim));
+    double l = 0.0;
+    const int id = gr->ids[0];
+    if (gr->direct)
+        DSQ_TRY(dsq_awq_direct_loss(a->backup[id], s->w[id], dsq_seq_lin_out(s, id), gr->cols, a->X[gr->g], a->all_tok,
+                                    &l));
+    else if (gr->G)
+        DSQ_TRY(dsq_awq_quad_loss(a->backup[id], s->w[id], dsq_seq_lin_out(s, id), dsq_seq_lin_in(s, id), gr->G,
+                                  s->o->bf16, &l));
+    else if (gr->experts) {
+        DSQ_TRY(moe_output(a, gr, a->y));
+        l = sse(a->y, a->yref, (size_t)(a->nt * s->m->dim)) / (double)(a->nt * s->m->dim);
+    } else
+        return half_loss(a, gr, p0, p1, bound, acc);
+    *acc += l;
     return DSQ_OK;
 }
 
@@ -277,16 +347,22 @@ static dsq_status search_group(awq_group *gr, float *best_s, dsq_seq_report *rep
     gr->direct = !s->d->groups[gr->g].loss_half && a->all_tok < cols;
     if (st == DSQ_OK && !s->d->groups[gr->g].loss_half && !gr->direct)
         st = gram(a->X[gr->g], a->all_tok, cols, s->o->bf16, &gr->G);
-    else if (st == DSQ_OK) st = half_output(a, gr, a->yref); /* float reference */
+    else if (st == DSQ_OK)
+        st = half_reference(a, gr);
     if (st == DSQ_OK) st = backup_weights(gr);
     dsq_awq_search info;
-    if (st == DSQ_OK) st = dsq_awq_search_scale(xm, wm, cols, &s->o->awq, group_loss, gr, best_s, &info);
+    /* only a half's loss on the tokens comes in parts */
+    const int n_parts = s->d->groups[gr->g].loss_half && !gr->experts ? a->n_parts : 1;
+    a->parts_run = 0;
+    if (st == DSQ_OK) st = dsq_awq_search_scale(xm, wm, cols, &s->o->awq, n_parts, group_loss, gr, best_s, &info);
     restore_weights(gr);
     if (st == DSQ_OK) {
-        rep->awq_loss_r0 += info.loss_r0;
-        rep->awq_loss_best += info.best_loss;
-        DSQ_LOGD("awq layer %d %s group: ratio %.2f, loss %.4g (ratio 0: %.4g), %.2f s", s->l,
-                 s->d->groups[gr->g].name, info.best_ratio, info.best_loss, info.loss_r0, dsq_now_s() - t0);
+        if (isfinite(info.loss_r0)) /* ratio 0 ran whole (not screened out) */
+            rep->awq_loss_r0 += info.loss_r0, rep->awq_loss_best += info.best_loss;
+        DSQ_LOGD("awq layer %d %s group: ratio %.2f, loss %.4g (ratio 0: %.4g), %lld of %d loss parts, %.2f s", s->l,
+                 s->d->groups[gr->g].name, info.best_ratio, info.best_loss, info.loss_r0,
+                 (long long)(n_parts > 1 ? a->parts_run : 0),
+                 n_parts > 1 ? n_parts * (s->o->awq.n_grid > 0 ? s->o->awq.n_grid : 20) : 0, dsq_now_s() - t0);
     }
     free(xm);
     free(wm);
@@ -334,23 +410,29 @@ static dsq_status awq_alloc(awq_st *a, dsq_seq_layer *s, dsq_seq_runner *r)
     memset(a, 0, sizeof *a);
     a->s = s;
     a->r = r;
-    a->n_loss = s->o->awq_loss_samples > 0 && s->o->awq_loss_samples < r->n_samples ? s->o->awq_loss_samples
-                                                                                    : r->n_samples;
+    a->n_loss =
+        s->o->awq_loss_samples > 0 && s->o->awq_loss_samples < r->n_samples ? s->o->awq_loss_samples : r->n_samples;
     a->nt = (int64_t)a->n_loss * r->seqlen;
     a->all_tok = (int64_t)r->n_samples * r->seqlen;
-    size_t nt = (size_t)a->nt;
+    const int part_tok = s->o->awq_part_tokens > 0 ? s->o->awq_part_tokens : LOSS_PART_TOKENS;
+    a->part_win = r->seqlen >= part_tok ? 1 : part_tok / r->seqlen;
+    if (a->part_win > a->n_loss) a->part_win = a->n_loss;
+    a->n_parts = (a->n_loss + a->part_win - 1) / a->part_win;
+    size_t nt = (size_t)a->nt, pt = (size_t)a->part_win * (size_t)r->seqlen;
+    /* MoE layers: the MLP's loss is one part of every loss token */
+    size_t yt = dsq_arch_layer_is_moe(&s->m->arch, s->l) ? nt : pt;
     int64_t txw = 0, work = 0;
     for (int g = 0; g < s->d->n_groups; g++) {
         int first = dsq_seq_group_first(s, g);
         if (first < 0) continue; /* a group this layer lacks, or of routed experts only */
         int64_t in = dsq_seq_lin_in(s, first);
         if (!(a->X[g] = malloc((size_t)a->all_tok * (size_t)in * sizeof(float))))
-            return dsq_fail(DSQ_ERR_NOMEM, "awq layer %d: out of memory for the captured inputs of %lld tokens",
-                            s->l, (long long)a->all_tok);
+            return dsq_fail(DSQ_ERR_NOMEM, "awq layer %d: out of memory for the captured inputs of %lld tokens", s->l,
+                            (long long)a->all_tok);
         if (s->d->groups[g].tail && in > txw) txw = in;
     }
     for (int h = 0; h < s->d->n_halves; h++) {
-        int64_t w = dsq_forward_tail_work(r->ctx, h, a->nt);
+        int64_t w = dsq_forward_tail_work(r->ctx, h, (int64_t)pt);
         work = w > work ? w : work;
     }
     if (s->o->gguf) {
@@ -361,8 +443,8 @@ static dsq_status awq_alloc(awq_st *a, dsq_seq_layer *s, dsq_seq_runner *r)
             return dsq_fail(DSQ_ERR_NOMEM, "awq layer %d: out of memory", s->l);
     }
     a->yref = malloc(nt * (size_t)s->m->dim * sizeof(float));
-    a->y = malloc(nt * (size_t)s->m->dim * sizeof(float));
-    a->tx = malloc(nt * (size_t)txw * sizeof(float));
+    a->y = malloc(yt * (size_t)s->m->dim * sizeof(float));
+    a->tx = malloc(pt * (size_t)txw * sizeof(float));
     a->work = malloc(((size_t)work ? (size_t)work : 1) * sizeof(float));
     if (!a->yref || !a->y || !a->tx || !a->work)
         return dsq_fail(DSQ_ERR_NOMEM, "awq layer %d: out of memory for the loss buffers of %zu tokens", s->l, nt);
@@ -466,7 +548,8 @@ static dsq_status awq_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *hi
     for (int k = 0; k < ng && st == DSQ_OK; k++) {
         if (!(sc[k] = malloc((size_t)g[k].cols * sizeof(float))))
             st = dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
-        else st = search_group(&g[k], sc[k], rep);
+        else
+            st = search_group(&g[k], sc[k], rep);
     }
     for (int k = 0; k < ng && st == DSQ_OK; k++) st = apply_group(&g[k], sc[k]);
     double t1 = dsq_now_s();
@@ -499,16 +582,22 @@ static const float *mean_sq(const float *x, int64_t n, int64_t cols, float *dst)
     return dst;
 }
 
-static dsq_status down_loss(void *user, const float *sc, double *loss)
+static dsq_status down_loss(void *user, const float *sc, int p0, int p1, double bound, double *acc)
 {
+    (void)p0, (void)p1, (void)bound; /* one part */
     awq_down *d = user;
     dsq_seq_expert *x = d->x;
     if (!x->s->o->gguf)
         DSQ_TRY(dsq_awq_fake_quant(d->backup, x->out[2], x->in[2], sc, &x->s->o->awq.q, x->w[2]));
     else if (dsq_seq_gguf_is_blocks(d->type))
         DSQ_TRY(dsq_awq_fake_quant_blocks(d->backup, x->out[2], x->in[2], sc, d->type, d->imp, x->w[2]));
-    if (!d->G) return dsq_awq_direct_loss(d->backup, x->w[2], x->out[2], x->in[2], d->act, x->n_tok, loss);
-    return dsq_awq_quad_loss(d->backup, x->w[2], x->out[2], x->in[2], d->G, x->s->o->bf16, loss);
+    double l;
+    if (!d->G)
+        DSQ_TRY(dsq_awq_direct_loss(d->backup, x->w[2], x->out[2], x->in[2], d->act, x->n_tok, &l));
+    else
+        DSQ_TRY(dsq_awq_quad_loss(d->backup, x->w[2], x->out[2], x->in[2], d->G, x->s->o->bf16, &l));
+    *acc += l;
+    return DSQ_OK;
 }
 
 /* The up -> down scales from the activations act [n x ffn], folded; act
@@ -518,11 +607,11 @@ static dsq_status expert_down_scales(dsq_seq_expert *x, float *act, dsq_seq_repo
     int64_t F = x->in[2], n = x->n_tok;
     size_t nb = (size_t)(x->out[2] * F) * sizeof(float);
     awq_down d = {x, malloc(nb), NULL, act, DSQ_TYPE_F32, NULL};
-    float *xm = malloc((size_t)F * sizeof *xm), *wm = malloc((size_t)F * sizeof *wm), *sc = malloc((size_t)F * sizeof *sc);
+    float *xm = malloc((size_t)F * sizeof *xm), *wm = malloc((size_t)F * sizeof *wm),
+          *sc = malloc((size_t)F * sizeof *sc);
     float *imp = x->s->o->gguf ? malloc((size_t)F * sizeof *imp) : NULL;
-    dsq_status st = d.backup && xm && wm && sc && (imp || !x->s->o->gguf)
-                        ? DSQ_OK
-                        : dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
+    dsq_status st =
+        d.backup && xm && wm && sc && (imp || !x->s->o->gguf) ? DSQ_OK : dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
     if (st == DSQ_OK && x->s->o->gguf) {
         st = dsq_seq_gguf_expert_target(x, 2, &d.type, &d.imp);
         if (!d.imp) d.imp = mean_sq(act, n, F, imp);
@@ -537,11 +626,11 @@ static dsq_status expert_down_scales(dsq_seq_expert *x, float *act, dsq_seq_repo
     if (st == DSQ_OK && n >= F) st = gram(act, n, F, x->s->o->bf16, &G);
     d.G = G;
     dsq_awq_search info;
-    if (st == DSQ_OK) st = dsq_awq_search_scale(xm, wm, F, &x->s->o->awq, down_loss, &d, sc, &info);
+    if (st == DSQ_OK) st = dsq_awq_search_scale(xm, wm, F, &x->s->o->awq, 1, down_loss, &d, sc, &info);
     if (d.backup) memcpy(x->w[2], d.backup, nb);
     if (st == DSQ_OK) {
-        rep->awq_loss_r0 += info.loss_r0;
-        rep->awq_loss_best += info.best_loss;
+        if (isfinite(info.loss_r0)) /* ratio 0 ran whole (not screened out) */
+            rep->awq_loss_r0 += info.loss_r0, rep->awq_loss_best += info.best_loss;
         dsq_seq_expert_fold_down(x, sc);
         dsq_awq_div_cols(act, n, F, sc);
     }
@@ -565,8 +654,10 @@ static dsq_status gguf_expert_write(dsq_seq_expert *x, const float *act, const f
         const float *imp;
         st = dsq_seq_gguf_expert_target(x, k, &type, &imp);
         const float *sc = k == 2 ? down_sc : x->s->expert_in;
-        if (st == DSQ_OK && imp) imp = dsq_awq_scaled_importance(imp, sc, x->in[k], buf);
-        else if (st == DSQ_OK) imp = mean_sq(k == 2 ? act : x->x, x->n_tok, x->in[k], buf);
+        if (st == DSQ_OK && imp)
+            imp = dsq_awq_scaled_importance(imp, sc, x->in[k], buf);
+        else if (st == DSQ_OK)
+            imp = mean_sq(k == 2 ? act : x->x, x->n_tok, x->in[k], buf);
         if (st == DSQ_OK) st = dsq_seq_gguf_expert_put(x, k, type, imp);
     }
     free(buf);
@@ -621,6 +712,12 @@ static dsq_status awq_check(const dsq_seq_opts *o)
     return DSQ_OK;
 }
 
-const dsq_method dsq_method_awq = {
-    "awq",     DSQ_STAT_MEAN_ABS | DSQ_STAT_INPUTS | DSQ_STAT_XTX, DSQ_INT_FORMAT_AWQ, 512, awq_check, awq_layer, NULL,
-    awq_expert, DSQ_INTQ_GRID_MINMAX /* its clip search picks the range */};
+const dsq_method dsq_method_awq = {"awq",
+                                   DSQ_STAT_MEAN_ABS | DSQ_STAT_INPUTS | DSQ_STAT_XTX,
+                                   DSQ_INT_FORMAT_AWQ,
+                                   512,
+                                   awq_check,
+                                   awq_layer,
+                                   NULL,
+                                   awq_expert,
+                                   DSQ_INTQ_GRID_MINMAX /* its clip search picks the range */};

@@ -84,13 +84,13 @@ dsq_status dsq_seq_fold_scales(dsq_seq_layer *s, int g, const float *sc, int64_t
 
 /* What a pass's linear hook does. */
 typedef struct dsq_seq_hooks {
-    float *cap[DSQ_BLOCK_MAX_LINEARS];  /* capture buffers [tokens x in] */
-    int64_t cap_tokens;                 /* > 0: captures keep only the first cap_tokens tokens */
-    float *amax[DSQ_BLOCK_MAX_LINEARS]; /* per-channel running max |x| [in]; a NaN/Inf input is an error */
+    float *cap[DSQ_BLOCK_MAX_LINEARS];    /* capture buffers [tokens x in] */
+    int64_t cap_tokens;                   /* > 0: captures keep only the first cap_tokens tokens */
+    float *amax[DSQ_BLOCK_MAX_LINEARS];   /* per-channel running max |x| [in]; a NaN/Inf input is an error */
     double *sumsq[DSQ_BLOCK_MAX_LINEARS]; /* per-channel running sum of x^2 [in] (an imatrix's numerator) */
-    int64_t row0;                       /* token offset of the current sample */
-    int seqlen;                         /* tokens per sample (set by dsq_seq_run_pass, for messages) */
-    const dsq_block_desc *d;            /* set by dsq_seq_run_pass, for messages */
+    int64_t row0;                         /* token offset of the current sample */
+    int seqlen;                           /* tokens per sample (set by dsq_seq_run_pass, for messages) */
+    const dsq_block_desc *d;              /* set by dsq_seq_run_pass, for messages */
     /* called after the above for every linear (NULL: none) */
     dsq_linear_hook_fn extra;
     void *extra_user;
@@ -121,6 +121,12 @@ float *dsq_seq_tail_buffer(dsq_seq_runner *r, size_t bytes);
  * results dropped; out == in: in place. A stop asked by h ends each sample's
  * pass early and is not an error. */
 dsq_status dsq_seq_run_pass(dsq_seq_runner *r, int l, int half, const float *in, float *out, int n, dsq_seq_hooks *h);
+
+/* BF16 passes: the linears of layer l a pass of half would run (h: its
+ * stop, or NULL) packed once for the products that follow; a no-op in other
+ * modes. Unpack before their weights change. */
+dsq_status dsq_seq_pack_linears(dsq_seq_runner *r, int l, int half, const dsq_seq_hooks *h);
+void dsq_seq_unpack_linears(dsq_seq_runner *r, int l);
 
 /* GPTQ's true-sequential layer (method_gptq.c) on the layer's current
  * copies: s->q[id] for every ok linear, hout the layer's output. */
@@ -187,8 +193,7 @@ typedef struct dsq_seq_moe_eval {
     dsq_seq_runner *r;
     void *b; /* moe.c's buffers */
 } dsq_seq_moe_eval;
-dsq_status dsq_seq_moe_eval_init(dsq_seq_moe_eval *e, dsq_seq_layer *s, dsq_seq_runner *r, const float *x,
-                                 int64_t n);
+dsq_status dsq_seq_moe_eval_init(dsq_seq_moe_eval *e, dsq_seq_layer *s, dsq_seq_runner *r, const float *x, int64_t n);
 /* y [n x dim] = the MLP's output on the rows. */
 dsq_status dsq_seq_moe_eval_run(dsq_seq_moe_eval *e, dsq_seq_expert_edit_fn edit, void *user, float *y);
 /* Each routed expert in turn, copied to F32 (its input scales applied),

@@ -105,6 +105,7 @@ typedef struct dsq_seq_opts {
     /* AWQ (q above overrides awq.q) */
     dsq_awq_opts awq;
     int awq_loss_samples; /* samples the scale-search loss runs on; <= 0: all (AutoAWQ) */
+    int awq_part_tokens;  /* tokens per part of that loss (whole samples); <= 0: 512 */
     bool bf16;            /* forward passes and AWQ losses in BF16 products (F32 sums); GPTQ Hessians stay F32 */
     int threads;          /* <= 0: default */
     dsq_seq_w8_opts w8;   /* smoothquant, fp8 */
@@ -113,8 +114,8 @@ typedef struct dsq_seq_opts {
      * (layers not reached keep their value); may be NULL */
     long *layer_rss_kb;
     bool keep_fake_quant;
-    const dsq_seq_gguf *gguf; /* gptq and awq: GGUF blocks (NULL: INT groups) */
-    dsq_seq_emit_fn emit; /* may be NULL */
+    const dsq_seq_gguf *gguf;           /* gptq and awq: GGUF blocks (NULL: INT groups) */
+    dsq_seq_emit_fn emit;               /* may be NULL */
     dsq_seq_emit_expert_fn emit_expert; /* may be NULL */
     void *user;
     /* MoE layers (calibration/moe.c): the layer outputs always come from the routed tokens */
@@ -134,7 +135,7 @@ typedef struct dsq_seq_report {
     long peak_rss_kb;
     int64_t n_quantized, n_skipped;
     double gptq_loss;     /* sum of GPTQ losses */
-    double awq_loss_r0;   /* sums over groups of the scale-search loss at ratio 0 ... */
+    double awq_loss_r0;   /* sums over groups whose ratio 0 ran on every part of the search loss there ... */
     double awq_loss_best; /* ... and at the chosen ratio */
     bool bf16;            /* the arithmetic the calibration passes used */
     /* smoothquant alpha auto: sums over the searched groups of the W8A8

@@ -9,8 +9,8 @@
 #include "calibration/gguf_calib.h"
 #include "cli/commands.h"
 #include "core/dtype.h"
-#include "core/log.h"
 #include "core/fileio.h"
+#include "core/log.h"
 #include "core/status.h"
 #include "eval/budget.h"
 #include "formats/gguf_quantize.h"
@@ -64,6 +64,9 @@ static const char g_usage[] =
     "  --act-order                gptq: blocks in decreasing Hessian-diagonal order\n"
     "  --loss-samples N           awq: windows the scale search's loss runs on\n"
     "                             (default: all, as AutoAWQ)\n"
+    "  --finalists K              awq: grid points run on every loss window after all\n"
+    "                             were run on the first eighth (default 4; 0: every\n"
+    "                             point on every window, as AutoAWQ)\n"
     "  --compute P                bf16, f32 or auto (default: bf16 with AVX512-BF16)\n"
     "\n"
     "budgets (each tensor's type chosen from the candidates by measured sensitivity):\n"
@@ -91,7 +94,7 @@ typedef struct gguf_args {
     dsq_gguf_calib_opts co;
     int compute; /* -1 auto, 0 f32, 1 bf16 */
     bool json, calib_opts;
-    int budget;  /* -1 none, else a dsq_budget_kind */
+    int budget; /* -1 none, else a dsq_budget_kind */
     double target;
     dsq_budget_opts bo;
     dsq_type cands[DSQ_BUDGET_MAX_CANDIDATES];
@@ -122,6 +125,7 @@ static bool takes_value(const char *a)
                                        "--seed",
                                        "--damp",
                                        "--loss-samples",
+                                       "--finalists",
                                        "--compute",
                                        "--target-bpw",
                                        "--target-size",
@@ -164,11 +168,14 @@ static int parse_calib(const char *arg, const char *val, gguf_args *a)
         if ((n = dsq_cli_parse_int(arg, val, 0, 1LL << 62)) < 0) return 2;
         a->co.calib.seed = (uint64_t)n;
     } else {
-        if ((n = dsq_cli_parse_int(arg, val, !strcmp(arg, "--seqlen") ? 2 : 1, 1 << 24)) < 0) return 2;
+        long long lo = !strcmp(arg, "--seqlen") ? 2 : !strcmp(arg, "--finalists") ? 0 : 1;
+        if ((n = dsq_cli_parse_int(arg, val, lo, 1 << 24)) < 0) return 2;
         if (!strcmp(arg, "--n-samples"))
             a->co.calib.n_samples = (int)n;
         else if (!strcmp(arg, "--loss-samples"))
             a->co.loss_samples = (int)n;
+        else if (!strcmp(arg, "--finalists"))
+            a->co.finalists = n ? (int)n : -1;
         else
             a->co.calib.seqlen = (int)n;
     }
@@ -222,8 +229,10 @@ static int parse_budget(const char *arg, const char *val, gguf_args *a)
         ok = end && end != val && !*end && isfinite(a->target) && a->target > 0 &&
              (a->budget != DSQ_BUDGET_BPW || a->target <= 64);
     }
-    if (!ok) return usage_error(!strcmp(arg, "--target-size") ? "--target-size takes a size like 80M or 1.5GB, not \"%s\""
-                                                             : "%s takes a positive number", val);
+    if (!ok)
+        return usage_error(!strcmp(arg, "--target-size") ? "--target-size takes a size like 80M or 1.5GB, not \"%s\""
+                                                         : "%s takes a positive number",
+                           val);
     return -1;
 }
 
@@ -304,8 +313,11 @@ static int parse_args(int argc, char **argv, gguf_args *a)
         return usage_error("--damp and --act-order are gptq's options, not %s's", a->method);
     if (a->method && strcmp(a->method, "awq") && a->co.loss_samples)
         return usage_error("--loss-samples is awq's option, not %s's", a->method);
+    if (a->method && strcmp(a->method, "awq") && a->co.finalists)
+        return usage_error("--finalists is awq's option, not %s's", a->method);
     bool calib_only = a->co.calib.n_samples != 128 || a->co.calib.seqlen != 512 || a->co.calib.seed != 0 ||
-                      a->co.damp != 0.01 || a->co.act_order || a->compute != -1 || a->co.loss_samples;
+                      a->co.damp != 0.01 || a->co.act_order || a->compute != -1 || a->co.loss_samples ||
+                      a->co.finalists;
     if (!a->method && (a->budget < 0 ? a->calib_opts : calib_only))
         return usage_error("%s", "calibration options need --method gptq or awq");
     if (a->budget < 0 && (a->bo.candidates || a->bo.chunks || a->bo.ctx))
@@ -421,10 +433,11 @@ static int print_result(const gguf_args *a, const written *w, cJSON *budget)
     const dsq_gguf_quantize_report *r = w->r;
     double bpw = r->n_elements ? (double)r->bytes_out * 8.0 / (double)r->n_elements : 0.0;
     if (w->calibrated)
-        printf("%s: %d of %d quantized tensors calibrated into their planned types (%d x %d calibration tokens, %.1f s, "
-               "peak RSS %ld MiB); %.2f bits per weight\nwrote %s\n",
-               a->method, r->n_provided, r->n_quantized, w->c.calib.n_samples, w->c.calib.seqlen, w->c.seq.seconds,
-               w->c.seq.peak_rss_kb / 1024, bpw, a->out);
+        printf(
+            "%s: %d of %d quantized tensors calibrated into their planned types (%d x %d calibration tokens, %.1f s, "
+            "peak RSS %ld MiB); %.2f bits per weight\nwrote %s\n",
+            a->method, r->n_provided, r->n_quantized, w->c.calib.n_samples, w->c.calib.seqlen, w->c.seq.seconds,
+            w->c.seq.peak_rss_kb / 1024, bpw, a->out);
     else if (a->budget >= 0)
         printf("%.2f bits per weight, %llu bytes\nwrote %s\n", bpw, (unsigned long long)r->file_bytes, a->out);
     return 0;
@@ -498,9 +511,8 @@ static dsq_status budget_rounds(gguf_args *a, const dsq_budget *b, dsq_budget_so
         DSQ_TRY(dsq_budget_solve(b, (dsq_budget_kind)a->budget, goal, s));
         a->opt.tensor_types = s->types;
         a->opt.n_tensor_types = s->n_types;
-        DSQ_LOGI("budget: %zu tensors allocated: %.4f bits per weight, %llu bytes, predicted KLD %.5f%s",
-                 s->n_types, s->bpw, (unsigned long long)s->file_bytes, s->predicted_kld,
-                 s->alloc.exact ? "" : " (coarse table)");
+        DSQ_LOGI("budget: %zu tensors allocated: %.4f bits per weight, %llu bytes, predicted KLD %.5f%s", s->n_types,
+                 s->bpw, (unsigned long long)s->file_bytes, s->predicted_kld, s->alloc.exact ? "" : " (coarse table)");
         DSQ_TRY(write_out(a, w));
         a->opt.overwrite = true; /* our own file from the round before */
         DSQ_TRY(dsq_budget_check(b, a->out, measured));
@@ -511,8 +523,9 @@ static dsq_status budget_rounds(gguf_args *a, const dsq_budget *b, dsq_budget_so
         dsq_budget_solution_free(s);
     }
     if (a->budget == DSQ_BUDGET_KLD && *measured > a->target)
-        return dsq_fail(DSQ_ERR_ARG, "budget: --max-kld %g not reached: the file measures %.5f after 3 rounds "
-                                     "(%s is kept; try larger candidates)",
+        return dsq_fail(DSQ_ERR_ARG,
+                        "budget: --max-kld %g not reached: the file measures %.5f after 3 rounds "
+                        "(%s is kept; try larger candidates)",
                         a->target, *measured, a->out);
     return DSQ_OK;
 }

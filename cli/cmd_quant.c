@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "formats/block.h"
 #include "calibration/dataset.h"
 #include "calibration/int_export.h"
 #include "calibration/sequential.h"
@@ -18,6 +17,7 @@
 #include "core/status.h"
 #include "datasets/registry.h"
 #include "eval/perplexity.h"
+#include "formats/block.h"
 #include "kernels/cpu.h"
 #include "quantizers/intq_search.h"
 #include "runtime/forward.h"
@@ -62,6 +62,9 @@ static const char g_usage[] =
     "  --seed S               window sampling seed (default 0)\n"
     "  --loss-samples N       awq: windows the scale search's block loss runs on\n"
     "                         (default: all; statistics and clipping use all)\n"
+    "  --finalists K          awq: grid points run on every loss window after all\n"
+    "                         were run on the first eighth (default 4; 0: every\n"
+    "                         point on every window, as AutoAWQ)\n"
     "  --skip-indivisible     leave linears the group does not divide unquantized\n"
     "  --expert-calib M       MoE models: routed (default) gives each routed expert the\n"
     "                         statistics of the tokens routed to it, and every token's\n"
@@ -85,11 +88,12 @@ typedef struct qargs {
     const dsq_method *method;
     const char *model, *out, *calib;
     int bits, group, n_samples, seqlen, threads, eval_ctx, eval_chunks, loss_samples;
-    int sym; /* -1: the format's default */
+    int finalists; /* -1: the method's default */
+    int sym;       /* -1: the format's default */
     bool act_order, desc_act, static_groups, skip, force, eval, json;
     int refit; /* -1: the method's default */
     double damp;
-    int fmt; /* -1: the method's default */
+    int fmt;     /* -1: the method's default */
     int compute; /* -1 auto, 0 f32, 1 bf16 */
     int grid;    /* dsq_intq_grid; -1: the method's default */
     uint64_t seed;
@@ -108,8 +112,10 @@ static int parse_value_opt(int argc, char **argv, int *i, qargs *a)
     long long v;
     if (!strcmp(opt, "-o") || !strcmp(opt, "--output") || !strcmp(opt, "--calib")) {
         if (!val) return fprintf(stderr, "dsquant: error: %s needs a value\n", opt), 2;
-        if (opt[1] == 'o' || opt[2] == 'o') a->out = val;
-        else a->calib = val;
+        if (opt[1] == 'o' || opt[2] == 'o')
+            a->out = val;
+        else
+            a->calib = val;
     } else if (!strcmp(opt, "--format")) {
         if ((a->fmt = parse_format(val)) < 0 || a->fmt > DSQ_INT_FORMAT_CT)
             return fprintf(stderr, "dsquant: error: --format takes awq, gptq or compressed-tensors\n"), 2;
@@ -130,23 +136,36 @@ static int parse_value_opt(int argc, char **argv, int *i, qargs *a)
         if (!val || !end || *end || !(a->damp > 0 && a->damp < 1))
             return fprintf(stderr, "dsquant: error: --damp takes a fraction in (0, 1)\n"), 2;
     } else if (!strcmp(opt, "--group")) {
-        if (val && !strcmp(val, "-1")) a->group = -1;
-        else if ((v = dsq_cli_parse_int(opt, val, 1, 1 << 20)) < 0) return 2;
-        else a->group = (int)v;
+        if (val && !strcmp(val, "-1"))
+            a->group = -1;
+        else if ((v = dsq_cli_parse_int(opt, val, 1, 1 << 20)) < 0)
+            return 2;
+        else
+            a->group = (int)v;
     } else if (!strcmp(opt, "--seed")) {
         if ((v = dsq_cli_parse_int(opt, val, 0, (1LL << 62))) < 0) return 2;
         a->seed = (uint64_t)v;
     } else {
-        long long lo = !strcmp(opt, "--eval-chunks") ? 0 : 1;
+        long long lo = !strcmp(opt, "--eval-chunks") || !strcmp(opt, "--finalists") ? 0 : 1;
         if ((v = dsq_cli_parse_int(opt, val, lo, 1 << 24)) < 0) return 2;
-        if (!strcmp(opt, "--w-bit")) a->bits = (int)v;
-        else if (!strcmp(opt, "--n-samples")) a->n_samples = (int)v;
-        else if (!strcmp(opt, "--seqlen")) a->seqlen = (int)v;
-        else if (!strcmp(opt, "--threads")) a->threads = (int)v;
-        else if (!strcmp(opt, "--eval-ctx")) a->eval_ctx = (int)v;
-        else if (!strcmp(opt, "--loss-samples")) a->loss_samples = (int)v;
-        else if (!strcmp(opt, "--expert-min-tokens")) a->expert_min_tokens = (int)v;
-        else a->eval_chunks = (int)v;
+        if (!strcmp(opt, "--w-bit"))
+            a->bits = (int)v;
+        else if (!strcmp(opt, "--n-samples"))
+            a->n_samples = (int)v;
+        else if (!strcmp(opt, "--seqlen"))
+            a->seqlen = (int)v;
+        else if (!strcmp(opt, "--threads"))
+            a->threads = (int)v;
+        else if (!strcmp(opt, "--eval-ctx"))
+            a->eval_ctx = (int)v;
+        else if (!strcmp(opt, "--loss-samples"))
+            a->loss_samples = (int)v;
+        else if (!strcmp(opt, "--finalists"))
+            a->finalists = (int)v;
+        else if (!strcmp(opt, "--expert-min-tokens"))
+            a->expert_min_tokens = (int)v;
+        else
+            a->eval_chunks = (int)v;
     }
     (*i)++;
     return 0;
@@ -154,10 +173,25 @@ static int parse_value_opt(int argc, char **argv, int *i, qargs *a)
 
 static bool is_value_opt(const char *o)
 {
-    static const char *const names[] = {"-o",     "--output",  "--calib",   "--format",  "--damp",
-                                        "--group", "--seed",    "--w-bit",   "--n-samples", "--seqlen",
-                                        "--threads", "--eval-ctx", "--eval-chunks", "--compute", "--loss-samples",
-                                        "--expert-calib", "--expert-min-tokens", "--grid"};
+    static const char *const names[] = {"-o",
+                                        "--output",
+                                        "--calib",
+                                        "--format",
+                                        "--damp",
+                                        "--group",
+                                        "--seed",
+                                        "--w-bit",
+                                        "--n-samples",
+                                        "--seqlen",
+                                        "--threads",
+                                        "--eval-ctx",
+                                        "--eval-chunks",
+                                        "--compute",
+                                        "--loss-samples",
+                                        "--finalists",
+                                        "--expert-calib",
+                                        "--expert-min-tokens",
+                                        "--grid"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(o, names[i])) return true;
     return false;
@@ -169,17 +203,28 @@ static int parse_opt(int argc, char **argv, int *i, void *user)
     qargs *a = user;
     const char *opt = argv[*i];
     if (is_value_opt(opt)) return parse_value_opt(argc, argv, i, a);
-    if (!strcmp(opt, "--zero-point")) a->sym = 0;
-    else if (!strcmp(opt, "--no-zero-point") || !strcmp(opt, "--sym")) a->sym = 1;
-    else if (!strcmp(opt, "--act-order")) a->act_order = true;
-    else if (!strcmp(opt, "--desc-act")) a->desc_act = true;
-    else if (!strcmp(opt, "--static-groups")) a->static_groups = true;
-    else if (!strcmp(opt, "--refit")) a->refit = 1;
-    else if (!strcmp(opt, "--no-refit")) a->refit = 0;
-    else if (!strcmp(opt, "--skip-indivisible")) a->skip = true;
-    else if (!strcmp(opt, "--force")) a->force = true;
-    else if (!strcmp(opt, "--eval")) a->eval = true;
-    else if (!strcmp(opt, "--json")) a->json = true;
+    if (!strcmp(opt, "--zero-point"))
+        a->sym = 0;
+    else if (!strcmp(opt, "--no-zero-point") || !strcmp(opt, "--sym"))
+        a->sym = 1;
+    else if (!strcmp(opt, "--act-order"))
+        a->act_order = true;
+    else if (!strcmp(opt, "--desc-act"))
+        a->desc_act = true;
+    else if (!strcmp(opt, "--static-groups"))
+        a->static_groups = true;
+    else if (!strcmp(opt, "--refit"))
+        a->refit = 1;
+    else if (!strcmp(opt, "--no-refit"))
+        a->refit = 0;
+    else if (!strcmp(opt, "--skip-indivisible"))
+        a->skip = true;
+    else if (!strcmp(opt, "--force"))
+        a->force = true;
+    else if (!strcmp(opt, "--eval"))
+        a->eval = true;
+    else if (!strcmp(opt, "--json"))
+        a->json = true;
     else {
         fprintf(stderr, "dsquant: error: %s: unknown option %s (see dsquant %s --help)\n", argv[0], opt, argv[0]);
         return 2;
@@ -194,21 +239,23 @@ static int parse(int argc, char **argv, qargs *a)
         return 2;
     }
     a->bits = 4, a->group = 128, a->n_samples = 128, a->sym = -1, a->damp = 0.01, a->fmt = -1, a->compute = -1;
-    a->grid = -1, a->refit = -1;
+    a->grid = -1, a->refit = -1, a->finalists = -1;
     a->eval_ctx = 512, a->eval_chunks = 40;
     int n_pos, rc = dsq_cli_walk(argc, argv, argv[0], g_usage, parse_opt, a, &a->model, 1, &n_pos);
     if (rc) return rc;
     if (!a->model || !a->out) {
-        fprintf(stderr, "dsquant: error: %s: %s (see dsquant %s --help)\n", argv[0], !a->model ? "missing MODEL" : "missing -o OUT",
-                argv[0]);
+        fprintf(stderr, "dsquant: error: %s: %s (see dsquant %s --help)\n", argv[0],
+                !a->model ? "missing MODEL" : "missing -o OUT", argv[0]);
         return 2;
     }
     if (a->fmt < 0) a->fmt = (int)a->method->default_format;
     if (a->sym < 0) a->sym = a->fmt == DSQ_INT_FORMAT_AWQ ? 0 : 1;
     /* vLLM refuses desc_act true: --act-order keeps GPTQ's column order but takes
      * group parameters from static groups (no g_idx); --desc-act is the g_idx layout */
-    if (a->desc_act) a->act_order = true;
-    else if (a->act_order) a->static_groups = true;
+    if (a->desc_act)
+        a->act_order = true;
+    else if (a->act_order)
+        a->static_groups = true;
     if (!a->seqlen) a->seqlen = a->method->default_seqlen ? a->method->default_seqlen : 512;
     if (a->grid < 0) a->grid = (int)a->method->default_grid;
     if (a->refit < 0) a->refit = a->method == &dsq_method_gptq; /* docs/algorithms.md "Scales refitted" */
@@ -224,14 +271,16 @@ static dsq_status check_args(const qargs *a)
         return dsq_fail(DSQ_ERR_ARG, "--group %d: supported group sizes are 32, 64, 128 and -1 (per channel)",
                         a->group);
     if (a->fmt == DSQ_INT_FORMAT_AWQ && a->bits != 4)
-        return dsq_fail(DSQ_ERR_ARG, "--format awq stores 4-bit weights only (got --w-bit %d); use gptq or "
-                                     "compressed-tensors",
+        return dsq_fail(DSQ_ERR_ARG,
+                        "--format awq stores 4-bit weights only (got --w-bit %d); use gptq or "
+                        "compressed-tensors",
                         a->bits);
     if (a->desc_act && a->static_groups)
         return dsq_fail(DSQ_ERR_ARG, "--desc-act cuts groups along the act order; --static-groups keeps them in "
                                      "column order (that is --act-order)");
     if (a->fmt == DSQ_INT_FORMAT_AWQ && a->desc_act)
-        return dsq_fail(DSQ_ERR_ARG, "--format awq has no g_idx: use --act-order (static groups) instead of --desc-act");
+        return dsq_fail(DSQ_ERR_ARG,
+                        "--format awq has no g_idx: use --act-order (static groups) instead of --desc-act");
     /* compressed-tensors >= 0.10 refuses actorder "group" (g_idx) when loading */
     if (a->fmt == DSQ_INT_FORMAT_CT && a->desc_act)
         return dsq_fail(DSQ_ERR_ARG, "--format compressed-tensors: current compressed-tensors removed act-order "
@@ -248,6 +297,7 @@ static dsq_status check_args(const qargs *a)
         return dsq_fail(DSQ_ERR_ARG, "--refit is a GPTQ option (it re-solves GPTQ's scales for its codes)");
     if (a->loss_samples > 0 && a->method != &dsq_method_awq)
         return dsq_fail(DSQ_ERR_ARG, "--loss-samples is an AWQ option");
+    if (a->finalists >= 0 && a->method != &dsq_method_awq) return dsq_fail(DSQ_ERR_ARG, "--finalists is an AWQ option");
     if (a->loss_samples > a->n_samples)
         return dsq_fail(DSQ_ERR_ARG, "--loss-samples %d exceeds --n-samples %d", a->loss_samples, a->n_samples);
     return DSQ_OK;
@@ -301,6 +351,7 @@ static dsq_status seq_opts(const qargs *a, dsq_seq_opts *o)
     o->refit = a->refit > 0;
     o->threads = a->threads;
     o->awq_loss_samples = a->loss_samples;
+    if (a->finalists >= 0) o->awq.finalists = a->finalists;
     o->bf16 = a->compute == 1 || (a->compute < 0 && dsq_cpu_has_avx512bf16());
     o->keep_fake_quant = a->eval;
     o->expert_calib = a->expert_calib == 1 ? DSQ_EXPERT_CALIB_ALL : DSQ_EXPERT_CALIB_ROUTED;
@@ -351,9 +402,11 @@ static void print_results(const qargs *a, const results *r)
     if (!a->json) {
         printf("%s: %lld linears quantized to %d-bit groups of %d (%s), %lld left unquantized, %.1f s%s, peak RSS "
                "%ld MiB\n",
-               a->method->name, (long long)r->rep.n_quantized, a->bits, a->group, dsq_int_format_name((dsq_int_format)a->fmt),
-               (long long)r->rep.n_skipped, r->rep.seconds,
-               !uses_data(a) ? "" : r->rep.bf16 ? " (bf16 passes)" : " (f32 passes)",
+               a->method->name, (long long)r->rep.n_quantized, a->bits, a->group,
+               dsq_int_format_name((dsq_int_format)a->fmt), (long long)r->rep.n_skipped, r->rep.seconds,
+               !uses_data(a) ? ""
+               : r->rep.bf16 ? " (bf16 passes)"
+                             : " (f32 passes)",
                r->rep.peak_rss_kb / 1024);
         if (r->rep.moe_experts)
             printf("experts: %lld in %lld MoE layers; calibration tokens per expert min %lld, median %lld, max %lld; "
@@ -452,8 +505,10 @@ static dsq_status run(const qargs *a)
     if (s == DSQ_OK) s = dsq_outdir_open(a->out, a->force, &d);
     if (s == DSQ_OK && a->eval) s = eval_ppl(m, tok, a, &r.ppl_base);
     if (s == DSQ_OK) s = quantize_into(a, m, tok, d, &r, &keep);
-    if (s == DSQ_OK) s = dsq_outdir_commit(d);
-    else dsq_outdir_abort(d);
+    if (s == DSQ_OK)
+        s = dsq_outdir_commit(d);
+    else
+        dsq_outdir_abort(d);
     if (s == DSQ_OK && a->eval) s = eval_result(a, m, tok, &r);
     if (s == DSQ_OK) print_results(a, &r);
     dsq_model_close(m);

@@ -28,6 +28,7 @@ dsq_awq_opts dsq_awq_default_opts(void)
     o.n_sample_token = 512;
     o.duo_scaling = true;
     o.clip = true;
+    o.finalists = 4;
     return o;
 }
 
@@ -292,33 +293,71 @@ dsq_status dsq_awq_direct_loss(const float *w, const float *wq, int64_t rows, in
     return DSQ_OK;
 }
 
-dsq_status dsq_awq_search_scale(const float *x_mean, const float *w_mean, int64_t cols, const dsq_awq_opts *o,
-                                dsq_awq_loss_fn loss, void *user, float *best_s, dsq_awq_search *info)
+int dsq_awq_screen_parts(int n_parts)
 {
+    int m = (n_parts + 7) / 8;
+    return m < 2 ? 2 : m;
+}
+
+typedef struct grid_point {
+    double acc; /* loss so far */
+    int k;
+} grid_point;
+
+/* Screened points by their loss on the screening parts, non-finite last,
+ * ties by ratio. */
+static int by_loss(const void *pa, const void *pb)
+{
+    const grid_point *a = pa, *b = pb;
+    bool fa = isfinite(a->acc), fb = isfinite(b->acc);
+    if (fa != fb) return fa ? -1 : 1;
+    if (fa && a->acc != b->acc) return a->acc < b->acc ? -1 : 1;
+    return a->k - b->k;
+}
+
+dsq_status dsq_awq_search_scale(const float *x_mean, const float *w_mean, int64_t cols, const dsq_awq_opts *o,
+                                int n_parts, dsq_awq_loss_fn loss, void *user, float *best_s, dsq_awq_search *info)
+{
+    const int n_grid = o->n_grid > 0 ? o->n_grid : 20, m = dsq_awq_screen_parts(n_parts);
+    const bool screen = o->finalists > 0 && o->finalists < n_grid && n_parts > m;
     float *s = malloc((size_t)cols * sizeof *s);
-    if (!s) return dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
+    grid_point *pt = malloc((size_t)n_grid * sizeof *pt);
+    if (!s || !pt) {
+        free(s);
+        free(pt);
+        return dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
+    }
+    dsq_status st = DSQ_OK;
+    for (int k = 0; k < n_grid && st == DSQ_OK; k++) {
+        pt[k] = (grid_point){0.0, k};
+        if (!screen) continue;
+        dsq_awq_ratio_scales(x_mean, w_mean, cols, (double)k / n_grid, o->duo_scaling, s);
+        st = loss(user, s, 0, m, INFINITY, &pt[k].acc);
+    }
+    if (screen) qsort(pt, (size_t)n_grid, sizeof *pt, by_loss);
     double best = INFINITY;
-    info->best_ratio = -1;
+    int best_k = -1;
     info->loss_r0 = NAN;
-    int n_grid = o->n_grid > 0 ? o->n_grid : 20;
-    for (int k = 0; k < n_grid; k++) {
-        double r = (double)k / n_grid, l;
-        dsq_awq_ratio_scales(x_mean, w_mean, cols, r, o->duo_scaling, s);
-        dsq_status st = loss(user, s, &l);
-        if (st != DSQ_OK) {
-            free(s);
-            return st;
-        }
+    for (int i = 0; i < (screen ? o->finalists : n_grid) && st == DSQ_OK; i++) {
+        const int k = pt[i].k;
+        double l = pt[i].acc;
+        dsq_awq_ratio_scales(x_mean, w_mean, cols, (double)k / n_grid, o->duo_scaling, s);
+        /* ratio 0 runs whole: its loss is reported */
+        st = loss(user, s, screen ? m : 0, n_parts, k == 0 ? INFINITY : best, &l);
+        if (st != DSQ_OK) break;
         if (k == 0) info->loss_r0 = l;
-        if (l < best) {
+        if (l < best || (l == best && k < best_k)) {
             best = l;
-            info->best_ratio = r;
+            best_k = k;
             memcpy(best_s, s, (size_t)cols * sizeof *s);
         }
     }
     free(s);
+    free(pt);
+    if (st != DSQ_OK) return st;
     info->best_loss = best;
-    if (info->best_ratio < 0) return dsq_fail(DSQ_ERR_NUMERIC, "awq: every scale of the grid gave a non-finite loss");
+    info->best_ratio = best_k < 0 ? -1.0 : (double)best_k / n_grid;
+    if (best_k < 0) return dsq_fail(DSQ_ERR_NUMERIC, "awq: every scale of the grid gave a non-finite loss");
     return DSQ_OK;
 }
 

@@ -14,7 +14,8 @@
  *     s /= sqrt(max(s) * min(s)); non-finite entries -> 1
  *     loss(s) = MSE of the block output with every W_j replaced by
  *               Q(W_j diag(s)) diag(s)^-1  (the caller's loss function)
- *   best: the first s with the smallest loss (strictly smaller wins).
+ *   best: the first s with the smallest loss (strictly smaller wins);
+ *   screened (dsq_awq_search_scale below): the same among the finalists.
  * Clip search, per (row, group) of one linear: shrink t = amax * (1 - i/n_grid)
  * for i < max_shrink * n_grid, error = mean over sampled tokens of
  * (x_g . Q(clamp(w_g, -t, t)) - x_g . w_g)^2; tokens sampled with stride
@@ -38,10 +39,11 @@ typedef struct dsq_awq_opts {
     int n_sample_token; /* 512: tokens the clip search looks at */
     bool duo_scaling;   /* true: divide by w_mean^(1-r) */
     bool clip;          /* apply_clip, true */
+    int finalists;      /* 4: grid points run on every part after screening (0: all) */
 } dsq_awq_opts;
 
 /* AutoAWQ's defaults: 4 bits, group 128, zero point, n_grid 20, max_shrink
- * 0.5, 512 clip tokens, duo scaling, clipping on. */
+ * 0.5, 512 clip tokens, duo scaling, clipping on; 4 finalists. */
 dsq_awq_opts dsq_awq_default_opts(void);
 
 /* x_mean[c] = mean_t |x[t, c]| (double sums). */
@@ -89,18 +91,32 @@ dsq_status dsq_awq_quad_loss(const float *w, const float *wq, int64_t rows, int6
 dsq_status dsq_awq_direct_loss(const float *w, const float *wq, int64_t rows, int64_t cols, const float *x,
                                int64_t n_tok, double *loss);
 
-/* loss of the block output when the group's linears use scales s. */
-typedef dsq_status (*dsq_awq_loss_fn)(void *user, const float *s, double *loss);
+/* The loss of the block output when the group's linears use scales s, as
+ * a sum over n_parts parts of the calibration set (each part's share of the
+ * mean): adds parts [p0, p1) to *acc. It may stop after any part once *acc
+ * > bound (the sum only grows), leaving *acc above bound. */
+typedef dsq_status (*dsq_awq_loss_fn)(void *user, const float *s, int p0, int p1, double bound, double *acc);
 
 typedef struct dsq_awq_search {
-    double best_loss, loss_r0; /* loss of the chosen scales, and at ratio 0 */
+    /* loss of the chosen scales; at ratio 0 (NAN when ratio 0 was screened
+     * out and not run on every part) */
+    double best_loss, loss_r0;
     double best_ratio;
 } dsq_awq_search;
 
-/* The grid search; best_s [cols] receives the chosen scales. An all-non-finite
- * grid is an error (AutoAWQ raises too). */
+/* Parts every grid point runs on before the finalists are chosen. */
+int dsq_awq_screen_parts(int n_parts);
+
+/* The grid search; best_s [cols] receives the chosen scales. Exhaustive
+ * (o->finalists 0, or too few parts to screen): every grid point, in grid
+ * order, each stopped once its partial loss exceeds the best whole loss so
+ * far; the same choice as running every point on every part. Screened: every
+ * point on the first dsq_awq_screen_parts parts, then the o->finalists
+ * lowest on all parts, in that order, bounded the same way; the smallest
+ * whole loss among the finalists wins (ties: the lower ratio). An
+ * all-non-finite grid is an error (AutoAWQ raises too). */
 dsq_status dsq_awq_search_scale(const float *x_mean, const float *w_mean, int64_t cols, const dsq_awq_opts *o,
-                                dsq_awq_loss_fn loss, void *user, float *best_s, dsq_awq_search *info);
+                                int n_parts, dsq_awq_loss_fn loss, void *user, float *best_s, dsq_awq_search *info);
 
 /* Folding the scales (AutoAWQ scale.py): the operation before the group gets
  * divided, the group's columns multiplied, so the float function is unchanged. */

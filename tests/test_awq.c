@@ -88,17 +88,19 @@ static double out_mse(const float *w, const float *wq, const float *x)
     for (int t = 0; t < NTOK; t++)
         for (int r = 0; r < ROWS; r++) {
             double a = 0, b = 0;
-            for (int c = 0; c < COLS; c++) a += (double)x[t * COLS + c] * w[r * COLS + c], b += (double)x[t * COLS + c] * wq[r * COLS + c];
+            for (int c = 0; c < COLS; c++)
+                a += (double)x[t * COLS + c] * w[r * COLS + c], b += (double)x[t * COLS + c] * wq[r * COLS + c];
             e += (a - b) * (a - b);
         }
     return e / (NTOK * ROWS);
 }
 
-static dsq_status loss_fn(void *user, const float *s, double *loss)
+static dsq_status loss_fn(void *user, const float *s, int p0, int p1, double bound, double *acc)
 {
+    (void)p0, (void)p1, (void)bound; /* one part */
     lin_loss *l = user;
     DSQ_TRY(dsq_awq_fake_quant(l->w, ROWS, COLS, s, &l->p, l->wq));
-    *loss = out_mse(l->w, l->wq, l->x);
+    *acc += out_mse(l->w, l->wq, l->x);
     return DSQ_OK;
 }
 
@@ -119,10 +121,10 @@ static void test_search_salient(void **state)
         int64_t rows[1] = {ROWS};
         expect_ok(dsq_awq_w_mean(wl, rows, 1, COLS, 64, wm));
         dsq_awq_search info;
-        expect_ok(dsq_awq_search_scale(xm, wm, COLS, &o, loss_fn, &l, s, &info));
+        expect_ok(dsq_awq_search_scale(xm, wm, COLS, &o, 1, loss_fn, &l, s, &info));
         assert_true(info.best_loss <= info.loss_r0);
         double rtn = 0.0;
-        expect_ok(loss_fn(&l, NULL, &rtn));
+        expect_ok(loss_fn(&l, NULL, 0, 1, INFINITY, &rtn));
         if (!(info.best_loss < rtn)) fail_msg("draw %d: AWQ loss %g not below RTN's %g", (int)k, info.best_loss, rtn);
         assert_true(info.best_ratio > 0);
         for (int c = 0; c < COLS; c++) assert_true(s[5] >= s[c]);
@@ -130,6 +132,105 @@ static void test_search_salient(void **state)
         free(x);
         free(w);
     }
+}
+
+/* A loss given as a table L[k][p] of grid point k's part p, the point told
+ * by its scales: with x_mean {1, 4} and w_mean {1, 1} the scales at ratio r
+ * are {2^-r, 2^r}. Counts the parts it adds. */
+#define GRID 20
+#define PARTS 16
+
+typedef struct table_loss {
+    double L[GRID][PARTS];
+    int runs[GRID]; /* parts added per point */
+} table_loss;
+
+static dsq_status table_fn(void *user, const float *s, int p0, int p1, double bound, double *acc)
+{
+    table_loss *t = user;
+    int k = (int)lround(log2((double)s[1]) * GRID);
+    assert_true(k >= 0 && k < GRID);
+    assert_true(fabs(s[1] - exp2((double)k / GRID)) < 1e-5);
+    for (int p = p0; p < p1 && !(*acc > bound); p++) *acc += t->L[k][p], t->runs[k]++;
+    return DSQ_OK;
+}
+
+static double full_loss(const table_loss *t, int k)
+{
+    double a = 0.0;
+    for (int p = 0; p < PARTS; p++) a += t->L[k][p];
+    return a;
+}
+
+/* Exhaustive search with the bound: on random tables the first point of the
+ * smallest whole loss, that loss to the bit, ratio 0's whole loss, and fewer
+ * parts than the whole grid; screened: the smallest whole loss among the
+ * finalists (the four lowest on the first two parts), ties to the lower ratio,
+ * ratio 0's loss NaN when it was screened out. */
+static void test_search_parts(void **state)
+{
+    (void)state;
+    const float xm[2] = {1.0f, 4.0f}, wm[2] = {1.0f, 1.0f};
+    uint64_t seed = 5;
+    table_loss *t = malloc(sizeof *t);
+    for (int draw = 0; draw < 40; draw++) {
+        for (int k = 0; k < GRID; k++)
+            for (int p = 0; p < PARTS; p++) {
+                /* a U-shaped curve over the grid with noisy parts */
+                double u = (double)(k - 7) / GRID;
+                t->L[k][p] = (1.0 + 4.0 * u * u) * (0.5 + (double)(dsq_test_rand(&seed) >> 11) * 0x1p-53);
+            }
+        if (draw % 4 == 3) memcpy(t->L[11], t->L[9], sizeof t->L[9]); /* a tie */
+        int best = 0;
+        for (int k = 1; k < GRID; k++)
+            if (full_loss(t, k) < full_loss(t, best)) best = k;
+        dsq_awq_opts o = dsq_awq_default_opts();
+        float sc[2];
+        dsq_awq_search info;
+        o.finalists = 0;
+        memset(t->runs, 0, sizeof t->runs);
+        expect_ok(dsq_awq_search_scale(xm, wm, 2, &o, PARTS, table_fn, t, sc, &info));
+        assert_int_equal((int)lround(info.best_ratio * GRID), best);
+        assert_true(info.best_loss == full_loss(t, best));
+        assert_true(info.loss_r0 == full_loss(t, 0));
+        assert_true(fabs(sc[1] - exp2((double)best / GRID)) < 1e-5);
+        int runs = 0;
+        for (int k = 0; k < GRID; k++) runs += t->runs[k];
+        assert_true(runs < GRID * PARTS);
+
+        /* screened: finalists by the first two parts */
+        const int m = dsq_awq_screen_parts(PARTS);
+        assert_int_equal(m, 2);
+        int fin[4], nf = 0;
+        bool taken[GRID] = {false};
+        for (; nf < 4; nf++) {
+            int b = -1;
+            for (int k = 0; k < GRID; k++)
+                if (!taken[k] && (b < 0 || t->L[k][0] + t->L[k][1] < t->L[b][0] + t->L[b][1])) b = k;
+            taken[b] = true;
+            fin[nf] = b;
+        }
+        int want = fin[0];
+        for (int i = 1; i < 4; i++)
+            if (full_loss(t, fin[i]) < full_loss(t, want) ||
+                (full_loss(t, fin[i]) == full_loss(t, want) && fin[i] < want))
+                want = fin[i];
+        o.finalists = 4;
+        memset(t->runs, 0, sizeof t->runs);
+        expect_ok(dsq_awq_search_scale(xm, wm, 2, &o, PARTS, table_fn, t, sc, &info));
+        assert_int_equal((int)lround(info.best_ratio * GRID), want);
+        if (!taken[0]) assert_true(isnan(info.loss_r0));
+        for (int k = 0; k < GRID; k++) assert_true(taken[k] ? t->runs[k] <= PARTS : t->runs[k] == m);
+        if (draw % 4 == 3 && (want == 9 || want == 11) && taken[9] && taken[11]) assert_int_equal(want, 9);
+    }
+    /* too few parts to screen: exhaustive */
+    dsq_awq_opts o = dsq_awq_default_opts();
+    memset(t->runs, 0, sizeof t->runs);
+    float sc[2];
+    dsq_awq_search info;
+    expect_ok(dsq_awq_search_scale(xm, wm, 2, &o, 2, table_fn, t, sc, &info));
+    for (int k = 0; k < GRID; k++) assert_true(t->runs[k] >= 1);
+    free(t);
 }
 
 static void rmsnorm(const float *x, const float *g, float *y)
@@ -188,8 +289,8 @@ static void test_clip(void **state)
     dsq_awq_opts o = dsq_awq_default_opts();
     o.q.group_size = 32;
     int ng = COLS / 32;
-    float *mv = malloc(ROWS * ng * sizeof *mv), *wc = malloc(ROWS * COLS * sizeof *wc), *q0 = malloc(ROWS * COLS * sizeof *q0),
-          *q1 = malloc(ROWS * COLS * sizeof *q1);
+    float *mv = malloc(ROWS * ng * sizeof *mv), *wc = malloc(ROWS * COLS * sizeof *wc),
+          *q0 = malloc(ROWS * COLS * sizeof *q0), *q1 = malloc(ROWS * COLS * sizeof *q1);
     expect_ok(dsq_awq_search_clip(w, ROWS, COLS, x, NTOK, &o, mv));
     int shrunk = 0;
     for (int r = 0; r < ROWS; r++)
@@ -220,7 +321,8 @@ static void test_clip(void **state)
                 if (e < best) best = e;
                 if (t == mv[r * ng + g]) chosen = e;
             }
-            if (!(chosen <= best * (1 + 1e-5))) fail_msg("row %d group %d: chosen error %.9g, best %.9g", r, g, chosen, best);
+            if (!(chosen <= best * (1 + 1e-5)))
+                fail_msg("row %d group %d: chosen error %.9g, best %.9g", r, g, chosen, best);
         }
     memcpy(wc, w, ROWS * COLS * sizeof *wc);
     dsq_awq_apply_clip(wc, ROWS, COLS, 32, mv);
@@ -255,7 +357,8 @@ static void test_quad_loss(void **state)
     o.q.bits = 3;
     o.q.group_size = 32;
     for (int variant = 0; variant < 2; variant++) {
-        if (variant == 0) assert_int_equal(dsq_awq_fake_quant(w, rows, cols, NULL, &o.q, wq), DSQ_OK);
+        if (variant == 0)
+            assert_int_equal(dsq_awq_fake_quant(w, rows, cols, NULL, &o.q, wq), DSQ_OK);
         else {
             memcpy(wq, w, (size_t)(rows * cols) * sizeof *wq);
             for (int64_t r = 0; r < rows; r++) wq[r * cols + 5] += 0.01f * (float)(r + 1);
@@ -264,26 +367,30 @@ static void test_quad_loss(void **state)
         for (int64_t t = 0; t < nt; t++)
             for (int64_t r = 0; r < rows; r++) {
                 double d = 0;
-                for (int64_t c = 0; c < cols; c++) d += (double)x[t * cols + c] * ((double)wq[r * cols + c] - w[r * cols + c]);
+                for (int64_t c = 0; c < cols; c++)
+                    d += (double)x[t * cols + c] * ((double)wq[r * cols + c] - w[r * cols + c]);
                 direct += d * d;
             }
         direct /= (double)(nt * rows);
         double quad = -1, quad16 = -1;
         assert_int_equal(dsq_awq_quad_loss(w, wq, rows, cols, G, false, &quad), DSQ_OK);
-        if (!(fabs(quad - direct) <= 1e-5 * direct)) fail_msg("variant %d: quad %.9g vs direct %.9g", variant, quad, direct);
+        if (!(fabs(quad - direct) <= 1e-5 * direct))
+            fail_msg("variant %d: quad %.9g vs direct %.9g", variant, quad, direct);
         assert_int_equal(dsq_awq_quad_loss(w, wq, rows, cols, G, true, &quad16), DSQ_OK);
         if (!(fabs(quad16 - direct) <= 1e-2 * direct && quad16 != quad))
             fail_msg("variant %d: bf16 quad %.9g vs direct %.9g", variant, quad16, direct);
         double tok = -1;
         assert_int_equal(dsq_awq_direct_loss(w, wq, rows, cols, x, nt, &tok), DSQ_OK);
-        if (!(fabs(tok - direct) <= 1e-5 * direct)) fail_msg("variant %d: token loss %.9g vs direct %.9g", variant, tok, direct);
+        if (!(fabs(tok - direct) <= 1e-5 * direct))
+            fail_msg("variant %d: token loss %.9g vs direct %.9g", variant, tok, direct);
         /* fewer tokens than columns, the case it is for: the first 40 rows alone */
         double few = 0, ref = 0;
         assert_int_equal(dsq_awq_direct_loss(w, wq, rows, cols, x, 40, &few), DSQ_OK);
         for (int64_t t = 0; t < 40; t++)
             for (int64_t r = 0; r < rows; r++) {
                 double d = 0;
-                for (int64_t c = 0; c < cols; c++) d += (double)x[t * cols + c] * ((double)wq[r * cols + c] - w[r * cols + c]);
+                for (int64_t c = 0; c < cols; c++)
+                    d += (double)x[t * cols + c] * ((double)wq[r * cols + c] - w[r * cols + c]);
                 ref += d * d;
             }
         ref /= (double)(40 * rows);
@@ -331,9 +438,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_uniform_gives_one), cmocka_unit_test(test_stats),
-        cmocka_unit_test(test_search_salient),    cmocka_unit_test(test_folding_identity),
-        cmocka_unit_test(test_clip),              cmocka_unit_test(test_quad_loss),
-        cmocka_unit_test(test_fake_quant_blocks),
+        cmocka_unit_test(test_search_salient),    cmocka_unit_test(test_search_parts),
+        cmocka_unit_test(test_folding_identity),  cmocka_unit_test(test_clip),
+        cmocka_unit_test(test_quad_loss),         cmocka_unit_test(test_fake_quant_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,15 +26,15 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include <cmocka.h>
 #include <cjson/cJSON.h>
+#include <cmocka.h>
 
-#include "formats/block_llama.h"
 #include "calibration/dataset.h"
 #include "calibration/sequential.h"
 #include "core/status.h"
 #include "datasets/registry.h"
 #include "eval/perplexity.h"
+#include "formats/block_llama.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
 #include "kernels/cpu.h"
@@ -140,15 +140,12 @@ static char *tiny_model(const char *dir)
         const char *n;
         int64_t d0, d1;
         float sc, off;
-    } per_layer[] = {{"input_layernorm.weight", T_DIM, 0, 0.2f, 1},
-                     {"post_attention_layernorm.weight", T_DIM, 0, 0.2f, 1},
-                     {"self_attn.q_proj.weight", T_DIM, T_DIM, 0.15f, 0},
-                     {"self_attn.k_proj.weight", T_DIM, T_DIM, 0.15f, 0},
-                     {"self_attn.v_proj.weight", T_DIM, T_DIM, 0.15f, 0},
-                     {"self_attn.o_proj.weight", T_DIM, T_DIM, 0.1f, 0},
-                     {"mlp.gate_proj.weight", T_FFN, T_DIM, 0.15f, 0},
-                     {"mlp.up_proj.weight", T_FFN, T_DIM, 0.15f, 0},
-                     {"mlp.down_proj.weight", T_DIM, T_FFN, 0.1f, 0}};
+    } per_layer[] = {
+        {"input_layernorm.weight", T_DIM, 0, 0.2f, 1},       {"post_attention_layernorm.weight", T_DIM, 0, 0.2f, 1},
+        {"self_attn.q_proj.weight", T_DIM, T_DIM, 0.15f, 0}, {"self_attn.k_proj.weight", T_DIM, T_DIM, 0.15f, 0},
+        {"self_attn.v_proj.weight", T_DIM, T_DIM, 0.15f, 0}, {"self_attn.o_proj.weight", T_DIM, T_DIM, 0.1f, 0},
+        {"mlp.gate_proj.weight", T_FFN, T_DIM, 0.15f, 0},    {"mlp.up_proj.weight", T_FFN, T_DIM, 0.15f, 0},
+        {"mlp.down_proj.weight", T_DIM, T_FFN, 0.1f, 0}};
     dsq_st_writer *w;
     expect_ok(dsq_st_writer_new(path, "model", 1ull << 30, &w));
     int64_t sh[2] = {T_VOCAB, T_DIM};
@@ -232,14 +229,21 @@ static double logit_mse(dsq_model *m, const dsq_calib_set *c, const float *ref, 
     expect_ok(dsq_ctx_new(m, c->seqlen, 2, &ctx));
     size_t per = (size_t)c->seqlen * T_VOCAB;
     float *lg = malloc(per * (size_t)c->n_samples * sizeof *lg);
-    for (int i = 0; i < c->n_samples; i++) expect_ok(dsq_forward(ctx, c->tokens + i * c->seqlen, c->seqlen, 0, lg + i * per));
+    for (int i = 0; i < c->n_samples; i++)
+        expect_ok(dsq_forward(ctx, c->tokens + i * c->seqlen, c->seqlen, 0, lg + i * per));
     dsq_ctx_free(ctx);
     double e = 0;
-    for (size_t i = 0; ref && i < per * (size_t)c->n_samples; i++) e += ((double)lg[i] - ref[i]) * ((double)lg[i] - ref[i]);
-    if (out) *out = lg;
-    else free(lg);
+    for (size_t i = 0; ref && i < per * (size_t)c->n_samples; i++)
+        e += ((double)lg[i] - ref[i]) * ((double)lg[i] - ref[i]);
+    if (out)
+        *out = lg;
+    else
+        free(lg);
     return e / (double)(per * (size_t)c->n_samples);
 }
+
+/* AWQ's loss in parts (part tokens, 0: the default) and its finalists (-1: the default). */
+static int g_awq_part_tokens, g_awq_finalists = -1;
 
 static double run_method(const char *path, const dsq_method *method, int bits, const dsq_calib_set *c, const float *ref,
                          dsq_seq_report *rep)
@@ -247,6 +251,8 @@ static double run_method(const char *path, const dsq_method *method, int bits, c
     dsq_model *m;
     expect_ok(dsq_model_open(path, &m));
     dsq_seq_opts o = dsq_seq_default_opts();
+    o.awq_part_tokens = g_awq_part_tokens;
+    if (g_awq_finalists >= 0) o.awq.finalists = g_awq_finalists;
     o.method = method;
     o.q.bits = bits;
     o.q.group_size = 32;
@@ -277,6 +283,42 @@ static double run_method(const char *path, const dsq_method *method, int bits, c
     dsq_model_close(m);
     dsq_seq_keep_free(keep);
     return mse;
+}
+
+/* AWQ's grid search in loss parts: every point on every part, stopped once
+ * past the best whole loss, picks exactly what one whole-loss part picks
+ * (identical logits); screened to 4 finalists it stays near that and below
+ * RTN's error. */
+static void test_awq_parts(void **state)
+{
+    (void)state;
+    char *dir = dsq_test_mkdtemp();
+    char *path = tiny_model(dir);
+    dsq_calib_set c = tiny_calib(16, 48, 4);
+    dsq_model *m;
+    float *ref;
+    expect_ok(dsq_model_open(path, &m));
+    logit_mse(m, &c, NULL, &ref);
+    dsq_model_close(m);
+    dsq_seq_report r_one, r_parts, r_screen, r_rtn;
+    g_awq_part_tokens = 1 << 20, g_awq_finalists = 0;
+    double e_one = run_method(path, &dsq_method_awq, 3, &c, ref, &r_one);
+    g_awq_part_tokens = 48;
+    double e_parts = run_method(path, &dsq_method_awq, 3, &c, ref, &r_parts);
+    g_awq_finalists = 4;
+    double e_screen = run_method(path, &dsq_method_awq, 3, &c, ref, &r_screen);
+    g_awq_part_tokens = 0, g_awq_finalists = -1;
+    double e_rtn = run_method(path, &dsq_method_rtn, 3, &c, ref, &r_rtn);
+    print_message("logit MSE: awq one part %.6g, 16 parts %.6g, screened %.6g; rtn %.6g\n", e_one, e_parts, e_screen,
+                  e_rtn);
+    assert_true(e_one == e_parts);
+    assert_true(fabs(r_one.awq_loss_best - r_parts.awq_loss_best) <= 1e-9 * r_one.awq_loss_best);
+    assert_true(e_screen <= 1.1 * e_one);
+    assert_true(e_screen < e_rtn);
+    free(ref);
+    dsq_calib_free(&c);
+    free(path);
+    dsq_test_rmtmp(dir);
 }
 
 static void test_driver_tiny(void **state)
@@ -481,10 +523,11 @@ static void test_smollm_awq_gptq_beat_rtn(void **state)
             if (!(rtn[b][k] > base[k]))
                 fail_msg("%d-bit RTN %.3f not above the base %.3f on %s", 4 - b, rtn[b][k], base[k], ev_name[k]);
             if (!(awq[b][k] < rtn[b][k]))
-                fail_msg("%d-bit AWQ %.3f not below RTN %.3f on %s, seed %d", 4 - b, awq[b][k], rtn[b][k], ev_name[k], b);
+                fail_msg("%d-bit AWQ %.3f not below RTN %.3f on %s, seed %d", 4 - b, awq[b][k], rtn[b][k], ev_name[k],
+                         b);
             if (k == 1 && !(gptq[b][k] < rtn[b][k]))
-                fail_msg("%d-bit GPTQ %.3f not below RTN %.3f on %s, seed %d", 4 - b, gptq[b][k], rtn[b][k],
-                         ev_name[k], b);
+                fail_msg("%d-bit GPTQ %.3f not below RTN %.3f on %s, seed %d", 4 - b, gptq[b][k], rtn[b][k], ev_name[k],
+                         b);
         }
     for (int b = 0; b < n_bits; b++) dsq_calib_free(&c[b]);
     dsq_tokens_free(&cal);
@@ -558,8 +601,8 @@ static void test_cli_rtn(void **state)
     size_t n;
     expect_ok(dsq_read_file(p, 1 << 20, &cfg, &n));
     assert_non_null(strstr(cfg, "\"quant_method\":\t\"awq\""));
-    assert_non_null(strstr(cfg, "model.layers.0.self_attn.q_proj"));   /* modules_to_not_convert */
-    assert_null(strstr(cfg, "model.layers.0.mlp.down_proj"));          /* quantized: 1536 = 12 x 128 */
+    assert_non_null(strstr(cfg, "model.layers.0.self_attn.q_proj")); /* modules_to_not_convert */
+    assert_null(strstr(cfg, "model.layers.0.mlp.down_proj"));        /* quantized: 1536 = 12 x 128 */
     free(cfg);
     snprintf(p, sizeof p, "%s/out", dir);
     dsq_st_model *st;
@@ -584,6 +627,8 @@ static void test_cli_rtn(void **state)
         {"rtn", "--group 64 --grid l2", "--grid takes minmax, mse or imatrix-mse, not \"l2\""},
         {"awq", "--group 64 --grid mse", "--grid is an rtn and gptq option"},
         {"rtn", "--group 64 --refit", "--refit is a GPTQ option"},
+        {"gptq", "--group 64 --finalists 2", "--finalists is an AWQ option"},
+        {"awq", "--group 64 --finalists -1", "--finalists"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(cmd, sizeof cmd, "%s %s %s -o %s/bad -q %s", DSQ_BINARY, bad[i][0], model, dir, bad[i][1]);
@@ -635,9 +680,13 @@ static void test_cli_rtn(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sampling),     cmocka_unit_test(test_text_sources),
-        cmocka_unit_test(test_driver_tiny),  cmocka_unit_test(test_group_errors),
-        cmocka_unit_test(test_cli_rtn),      cmocka_unit_test(test_smollm_awq_gptq_beat_rtn),
+        cmocka_unit_test(test_sampling),
+        cmocka_unit_test(test_text_sources),
+        cmocka_unit_test(test_driver_tiny),
+        cmocka_unit_test(test_awq_parts),
+        cmocka_unit_test(test_group_errors),
+        cmocka_unit_test(test_cli_rtn),
+        cmocka_unit_test(test_smollm_awq_gptq_beat_rtn),
     };
     return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);
 }

@@ -301,6 +301,10 @@ static void test_cli(void **state)
              DSQ_BINARY, f->f32, f->dir);
     assert_int_equal(dsq_test_run(cmd, err, sizeof err), 2);
     assert_non_null(strstr(err, "awq's option, not gptq's"));
+    snprintf(cmd, sizeof cmd, "'%s' gguf '%s' -o '%s/x.gguf' --type Q4_K_M --method gptq --finalists 2", DSQ_BINARY,
+             f->f32, f->dir);
+    assert_int_equal(dsq_test_run(cmd, err, sizeof err), 2);
+    assert_non_null(strstr(err, "--finalists is awq's option, not gptq's"));
     snprintf(cmd, sizeof cmd, "'%s' gguf '%s' -o '%s/x.gguf' --type Q4_K_M --method rtn", DSQ_BINARY, f->f32, f->dir);
     assert_int_equal(dsq_test_run(cmd, err, sizeof err), 1);
     assert_non_null(strstr(err, "only gptq and awq"));
