@@ -64,6 +64,7 @@ typedef struct awq_group {
     bool experts;     /* routed experts are members too */
     const float *cur; /* the candidate scales a loss is computed for (NULL: float) */
     float *G;         /* single-linear loss: x^T x / n of the input over all tokens */
+    uint16_t *Gp;     /* G packed for BF16 products (NULL: F32 products) */
     bool direct;      /* single-linear loss from the tokens (fewer than the columns) */
 } awq_group;
 
@@ -245,8 +246,8 @@ static dsq_status group_loss(void *user, const float *sc, int p0, int p1, double
         DSQ_TRY(dsq_awq_direct_loss(a->backup[id], s->w[id], dsq_seq_lin_out(s, id), gr->cols, a->X[gr->g], a->all_tok,
                                     &l));
     else if (gr->G)
-        DSQ_TRY(dsq_awq_quad_loss(a->backup[id], s->w[id], dsq_seq_lin_out(s, id), dsq_seq_lin_in(s, id), gr->G,
-                                  s->o->bf16, &l));
+        DSQ_TRY(dsq_awq_quad_loss(a->backup[id], s->w[id], dsq_seq_lin_out(s, id), dsq_seq_lin_in(s, id), gr->G, gr->Gp,
+                                  &l));
     else if (gr->experts) {
         DSQ_TRY(moe_output(a, gr, a->y));
         l = sse(a->y, a->yref, (size_t)(a->nt * s->m->dim)) / (double)(a->nt * s->m->dim);
@@ -256,8 +257,9 @@ static dsq_status group_loss(void *user, const float *sc, int p0, int p1, double
     return DSQ_OK;
 }
 
-/* *G = x^T x / n of n rows of x [n x cols]. */
-static dsq_status gram(const float *x, int64_t n, int64_t cols, bool bf16, float **G)
+/* *G = x^T x / n of n rows of x [n x cols]; bf16: also *Gp, G packed for
+ * BF16 products (else NULL). */
+static dsq_status gram(const float *x, int64_t n, int64_t cols, bool bf16, float **G, uint16_t **Gp)
 {
     dsq_hessian H;
     DSQ_TRY(dsq_hessian_init(&H, cols));
@@ -269,6 +271,10 @@ static dsq_status gram(const float *x, int64_t n, int64_t cols, bool bf16, float
                       (long long)cols);
     for (int64_t i = 0; st == DSQ_OK && i < cols * cols; i++) (*G)[i] = (float)(0.5 * H.h[i]);
     dsq_hessian_free(&H);
+    *Gp = NULL;
+    if (st == DSQ_OK && bf16 && !(*Gp = dsq_awq_pack_gram(*G, cols)))
+        st = dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory for a %lld x %lld input Gram matrix", (long long)cols,
+                      (long long)cols);
     return st;
 }
 
@@ -346,7 +352,7 @@ static dsq_status search_group(awq_group *gr, float *best_s, dsq_seq_report *rep
     gr->cur = NULL;
     gr->direct = !s->d->groups[gr->g].loss_half && a->all_tok < cols;
     if (st == DSQ_OK && !s->d->groups[gr->g].loss_half && !gr->direct)
-        st = gram(a->X[gr->g], a->all_tok, cols, s->o->bf16, &gr->G);
+        st = gram(a->X[gr->g], a->all_tok, cols, s->o->bf16, &gr->G, &gr->Gp);
     else if (st == DSQ_OK)
         st = half_reference(a, gr);
     if (st == DSQ_OK) st = backup_weights(gr);
@@ -367,7 +373,9 @@ static dsq_status search_group(awq_group *gr, float *best_s, dsq_seq_report *rep
     free(xm);
     free(wm);
     free(gr->G);
+    free(gr->Gp);
     gr->G = NULL;
+    gr->Gp = NULL;
     return st;
 }
 
@@ -565,6 +573,7 @@ static dsq_status awq_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *hi
 typedef struct awq_down {
     dsq_seq_expert *x;
     const float *backup, *G; /* G NULL: the loss from act itself (fewer rows than columns) */
+    const uint16_t *Gp;      /* G packed (BF16 products), or NULL */
     const float *act;
     /* GGUF blocks: down's planned type and the importance of its unscaled columns */
     dsq_type type;
@@ -595,7 +604,7 @@ static dsq_status down_loss(void *user, const float *sc, int p0, int p1, double 
     if (!d->G)
         DSQ_TRY(dsq_awq_direct_loss(d->backup, x->w[2], x->out[2], x->in[2], d->act, x->n_tok, &l));
     else
-        DSQ_TRY(dsq_awq_quad_loss(d->backup, x->w[2], x->out[2], x->in[2], d->G, x->s->o->bf16, &l));
+        DSQ_TRY(dsq_awq_quad_loss(d->backup, x->w[2], x->out[2], x->in[2], d->G, d->Gp, &l));
     *acc += l;
     return DSQ_OK;
 }
@@ -606,7 +615,7 @@ static dsq_status expert_down_scales(dsq_seq_expert *x, float *act, dsq_seq_repo
 {
     int64_t F = x->in[2], n = x->n_tok;
     size_t nb = (size_t)(x->out[2] * F) * sizeof(float);
-    awq_down d = {x, malloc(nb), NULL, act, DSQ_TYPE_F32, NULL};
+    awq_down d = {x, malloc(nb), NULL, NULL, act, DSQ_TYPE_F32, NULL};
     float *xm = malloc((size_t)F * sizeof *xm), *wm = malloc((size_t)F * sizeof *wm),
           *sc = malloc((size_t)F * sizeof *sc);
     float *imp = x->s->o->gguf ? malloc((size_t)F * sizeof *imp) : NULL;
@@ -623,8 +632,10 @@ static dsq_status expert_down_scales(dsq_seq_expert *x, float *act, dsq_seq_repo
         st = dsq_awq_w_mean(&w, &x->out[2], 1, F, x->s->o->q.group_size, wm);
     }
     float *G = NULL;
-    if (st == DSQ_OK && n >= F) st = gram(act, n, F, x->s->o->bf16, &G);
+    uint16_t *Gp = NULL;
+    if (st == DSQ_OK && n >= F) st = gram(act, n, F, x->s->o->bf16, &G, &Gp);
     d.G = G;
+    d.Gp = Gp;
     dsq_awq_search info;
     if (st == DSQ_OK) st = dsq_awq_search_scale(xm, wm, F, &x->s->o->awq, 1, down_loss, &d, sc, &info);
     if (d.backup) memcpy(x->w[2], d.backup, nb);
@@ -635,7 +646,7 @@ static dsq_status expert_down_scales(dsq_seq_expert *x, float *act, dsq_seq_repo
         dsq_awq_div_cols(act, n, F, sc);
     }
     if (st == DSQ_OK && keep) *keep = sc, sc = NULL;
-    free((float *)d.backup), free(G), free(xm), free(wm), free(sc), free(imp);
+    free((float *)d.backup), free(G), free(Gp), free(xm), free(wm), free(sc), free(imp);
     return st;
 }
 

@@ -104,15 +104,6 @@ void dsq_awq_ratio_scales(const float *x_mean, const float *w_mean, int64_t cols
 }
 
 /* Q of one group (n values at g, already scaled), dequantized into out. */
-static dsq_status fake_group(const float *g, int64_t n, const dsq_intq_params *p, float *out)
-{
-    float scale;
-    int zero, maxq = dsq_intq_maxq(p->bits);
-    DSQ_TRY(dsq_intq_group_params(g, n, p, 1.0f, &scale, &zero));
-    for (int64_t k = 0; k < n; k++) out[k] = (float)(dsq_intq_code(g[k], scale, zero, maxq) - zero) * scale;
-    return DSQ_OK;
-}
-
 dsq_status dsq_awq_fake_quant(const float *w, int64_t rows, int64_t cols, const float *s, const dsq_intq_params *p,
                               float *out)
 {
@@ -121,27 +112,19 @@ dsq_status dsq_awq_fake_quant(const float *w, int64_t rows, int64_t cols, const 
     int failed = 0;
 #pragma omp parallel
     {
-        float *buf = malloc((size_t)gs * sizeof *buf), *q = malloc((size_t)gs * sizeof *q);
-        if (!buf || !q) {
+        float *v = malloc((size_t)gs * sizeof *v);
+        if (!v) {
 #pragma omp atomic write
             failed = 1;
         }
 #pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
-            if (!buf || !q) continue;
-            for (int64_t g0 = 0; g0 < cols; g0 += gs) {
-                const float *src = w + r * cols + g0;
-                for (int64_t k = 0; k < gs; k++) buf[k] = s ? src[k] * s[g0 + k] : src[k];
-                if (fake_group(buf, gs, p, q) != DSQ_OK) {
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t g0 = 0; v && g0 < cols; g0 += gs)
+                if (!dsq_intq_fake_group(w + r * cols + g0, s ? s + g0 : NULL, gs, p, v, out + r * cols + g0)) {
 #pragma omp atomic write
                     failed = 2;
-                    continue;
                 }
-                for (int64_t k = 0; k < gs; k++) out[r * cols + g0 + k] = s ? q[k] / s[g0 + k] : q[k];
-            }
-        }
-        free(buf);
-        free(q);
+        free(v);
     }
     if (failed == 1) return dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
     if (failed == 2)
@@ -216,8 +199,16 @@ static int64_t row_share(int64_t rows, int64_t *r0)
     return *r0 >= rows ? 0 : rows - *r0 < per ? rows - *r0 : per;
 }
 
-dsq_status dsq_awq_quad_loss(const float *w, const float *wq, int64_t rows, int64_t cols, const float *G, bool bf16,
-                             double *loss)
+uint16_t *dsq_awq_pack_gram(const float *G, int64_t cols)
+{
+    uint16_t *P = aligned_alloc(64, (dsq_gemm_bf16_packed_bytes(cols, cols) + 63) & ~(size_t)63);
+    /* G is symmetric: its rows are op(B)'s columns */
+    if (P) dsq_gemm_bf16_pack_all(cols, cols, G, cols, 0, cols, P);
+    return P;
+}
+
+dsq_status dsq_awq_quad_loss(const float *w, const float *wq, int64_t rows, int64_t cols, const float *G,
+                             const uint16_t *Gp, double *loss)
 {
     double total = 0;
     int failed = 0;
@@ -230,18 +221,17 @@ dsq_status dsq_awq_quad_loss(const float *w, const float *wq, int64_t rows, int6
         void *gs = NULL;
         if (nr > 0) {
             t = malloc((size_t)(nr * cols) * sizeof *t);
-            size_t gb =
-                bf16 ? dsq_gemm_bf16_scratch_bytes(cols, cols) : dsq_gemm_scratch_floats(cols, cols) * sizeof(float);
+            size_t gb = Gp ? dsq_gemm_bf16_scratch_bytes(0, cols) : dsq_gemm_scratch_floats(cols, cols) * sizeof(float);
             gs = aligned_alloc(64, (gb + 63) & ~(size_t)63);
-            if (bf16) db = malloc((size_t)(nr * ld) * sizeof *db);
-            if (!d || !t || !gs || (bf16 && !db)) {
+            if (Gp) db = malloc((size_t)(nr * ld) * sizeof *db);
+            if (!d || !t || !gs || (Gp && !db)) {
 #pragma omp atomic write
                 failed = 1;
             } else {
                 for (int64_t i = 0; i < nr * cols; i++) d[i] = wq[r0 * cols + i] - w[r0 * cols + i];
-                if (bf16) {
+                if (Gp) {
                     dsq_gemm_bf16_round_rows(d, cols, nr, cols, db, ld);
-                    dsq_gemm_bf16(DSQ_GEMM_BN, nr, cols, cols, db, ld, G, cols, t, cols, false, gs);
+                    dsq_gemm_bf16_packed(nr, cols, 0, cols, cols, db, ld, Gp, t, cols, false, gs);
                 } else {
                     dsq_gemm_f32(DSQ_GEMM_BN, nr, cols, cols, d, cols, G, cols, t, cols, false, gs);
                 }

@@ -80,10 +80,14 @@ const float *dsq_awq_scaled_importance(const float *imp, const float *s, int64_t
  * x^T x / n_tok [cols x cols] (symmetric), the mean over tokens and rows of
  * (x wq^T - x w^T)^2 is sum_r d_r^T G d_r / rows, d = wq - w. Equal to the
  * direct loss up to rounding, at a cost of rows x cols^2 instead of
- * n_tok x rows x cols per grid point. bf16: d G in BF16 products (F32 sums;
- * a relative error near 1e-5 on the loss, far below the steps of the grid). */
-dsq_status dsq_awq_quad_loss(const float *w, const float *wq, int64_t rows, int64_t cols, const float *G, bool bf16,
-                             double *loss);
+ * n_tok x rows x cols per grid point. Gp (from dsq_awq_pack_gram): d G in
+ * BF16 products on G packed once (F32 sums; a relative error near 1e-5 on
+ * the loss, far below the steps of the grid); NULL: F32 products. */
+dsq_status dsq_awq_quad_loss(const float *w, const float *wq, int64_t rows, int64_t cols, const float *G,
+                             const uint16_t *Gp, double *loss);
+/* G [cols x cols] packed for the BF16 products of dsq_awq_quad_loss (free()
+ * it); NULL when out of memory. */
+uint16_t *dsq_awq_pack_gram(const float *G, int64_t cols);
 
 /* The same loss from the tokens themselves, x [n_tok x cols]: cheaper than
  * the quadratic form when n_tok < cols (a 16384-wide o_proj on 2048 tokens,

@@ -48,6 +48,20 @@ static int64_t lanes(float acc[DSQ_INTQ_LANES], const float *w, int64_t n, const
     return dsq_intq_lanes_ref(acc, w, n, imp, g, norm);
 }
 
+bool dsq_intq_fake_group_ref(const float *w, const float *s, int64_t n, const dsq_intq_params *p, float *v, float *out)
+{
+    return dsq_intq_fake_group_body(w, s, n, p, v, out);
+}
+
+bool dsq_intq_fake_group(const float *w, const float *s, int64_t n, const dsq_intq_params *p, float *v, float *out)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (dsq_cpu_has(DSQ_CPU_AVX512F)) return dsq_intq_fake_group_avx512(w, s, n, p, v, out);
+    if (dsq_cpu_has(DSQ_CPU_AVX2)) return dsq_intq_fake_group_avx2(w, s, n, p, v, out);
+#endif
+    return dsq_intq_fake_group_ref(w, s, n, p, v, out);
+}
+
 /* The code grid of the rule at one total ratio, from the group's min and max. */
 static dsq_intq_code_grid code_grid(float mn, float mx, const dsq_intq_params *p, float clip)
 {

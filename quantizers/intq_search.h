@@ -78,6 +78,13 @@ float dsq_intq_grid_ratio(int k, int steps);
 float dsq_intq_search_grid(const float *w, int64_t n, const dsq_intq_params *p, float clip, int n_ratios, int steps,
                            const dsq_intq_objective *obj, float *scratch, double *err);
 
+/* One group quantized and dequantized under column scales, as AWQ's grid
+ * search does it (dsq_awq_fake_quant): v = w * s (s NULL: w), the rule's
+ * params from v's min and max, out = dequant(code(v)) / s; on the widest
+ * copy this CPU runs, all giving dsq_intq_code's bits. v: n floats of
+ * scratch. False when a value is not finite. */
+bool dsq_intq_fake_group(const float *w, const float *s, int64_t n, const dsq_intq_params *p, float *v, float *out);
+
 /* E at one total clip ratio (the search's objective, for tests and reports). */
 double dsq_intq_group_error(const float *w, int64_t n, const float *imp, const dsq_intq_params *p, float clip,
                             float norm);

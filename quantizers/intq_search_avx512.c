@@ -8,3 +8,9 @@ int64_t dsq_intq_lanes_avx512(float acc[DSQ_INTQ_LANES], const float *w, int64_t
 {
     return dsq_intq_lanes_body(acc, w, n, imp, g, norm);
 }
+
+bool dsq_intq_fake_group_avx512(const float *w, const float *s, int64_t n, const dsq_intq_params *p, float *v,
+                                float *out)
+{
+    return dsq_intq_fake_group_body(w, s, n, p, v, out);
+}

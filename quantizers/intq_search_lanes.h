@@ -19,6 +19,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "quantizers/intq.h"
+#include "quantizers/intq_internal.h" /* the rule's params from a range */
+
 /* The code grid of one ratio, as dsq_intq_code uses it. */
 typedef struct dsq_intq_code_grid {
     float lo, hi; /* the clamp before rounding */
@@ -128,6 +131,54 @@ static inline __attribute__((always_inline)) int64_t dsq_intq_lanes_body(float a
     }
     return nb * DSQ_INTQ_LANES;
 }
+
+/* The body of every copy of the group fake quantization (dsq_intq_fake_group,
+ * quantizers/intq_search.h): v = w * s (s NULL: w), the rule's params from
+ * v's min and max (no clip), out = dequant(code(v)) / s, with the arithmetic
+ * of dsq_intq_code; the blocks in lanes, the rest one by one. v: n floats of
+ * scratch. Returns false when a value of v is not finite (out unspecified). */
+static inline __attribute__((always_inline)) bool
+dsq_intq_fake_group_body(const float *w, const float *s, int64_t n, const dsq_intq_params *p, float *v, float *out)
+{
+    const int64_t nb = n / DSQ_INTQ_LANES * DSQ_INTQ_LANES;
+    float mn[DSQ_INTQ_LANES], mx[DSQ_INTQ_LANES], nan[DSQ_INTQ_LANES];
+    for (int l = 0; l < DSQ_INTQ_LANES; l++) mn[l] = INFINITY, mx[l] = -INFINITY, nan[l] = 0.0f;
+    for (int64_t i = 0; i < nb; i += DSQ_INTQ_LANES)
+        for (int l = 0; l < DSQ_INTQ_LANES; l++) {
+            const float x = s ? w[i + l] * s[i + l] : w[i + l];
+            v[i + l] = x;
+            mn[l] = x < mn[l] ? x : mn[l];
+            mx[l] = x > mx[l] ? x : mx[l];
+            nan[l] += x * 0.0f; /* NaN once a value is infinite or NaN */
+        }
+    float lo = INFINITY, hi = -INFINITY, bad = 0.0f;
+    for (int l = 0; l < DSQ_INTQ_LANES; l++) lo = mn[l] < lo ? mn[l] : lo, hi = mx[l] > hi ? mx[l] : hi, bad += nan[l];
+    for (int64_t i = nb; i < n; i++) {
+        const float x = s ? w[i] * s[i] : w[i];
+        v[i] = x;
+        lo = x < lo ? x : lo;
+        hi = x > hi ? x : hi;
+        bad += x * 0.0f;
+    }
+    if (bad != 0.0f || n <= 0) return false;
+    float scale, t;
+    int zero;
+    dsq_intq_range_params(lo, hi, p, 1.0f, &scale, &zero, &t);
+    const float zf = (float)zero, top = (float)dsq_intq_maxq(p->bits);
+    for (int64_t i = 0; i < n; i++) {
+        float r = dsq_intq_round_even(v[i] / scale) + zf;
+        r = r < 0.0f ? 0.0f : r > top ? top : r;
+        const float q = (r - zf) * scale;
+        out[i] = s ? q / s[i] : q;
+    }
+    return true;
+}
+
+bool dsq_intq_fake_group_avx2(const float *w, const float *s, int64_t n, const dsq_intq_params *p, float *v,
+                              float *out);
+bool dsq_intq_fake_group_avx512(const float *w, const float *s, int64_t n, const dsq_intq_params *p, float *v,
+                                float *out);
+bool dsq_intq_fake_group_ref(const float *w, const float *s, int64_t n, const dsq_intq_params *p, float *v, float *out);
 
 /* The copies (quantizers/intq_search_avx2.c, _avx512.c): only called when
  * the CPU has the instruction set (dsq_cpu_has). Same contract as the body. */

@@ -16,7 +16,8 @@
  *   name the grid; min/max leaves them as they were.
  * - the objective's inner loop: its AVX2 and AVX-512 copies give the scalar
  *   reference's bits (run where the CPU has them, said where not), and its
- *   d^2.4 stays within 4e-7 of pow in double. */
+ *   d^2.4 stays within 4e-7 of pow in double; AWQ's group fake quantization
+ *   gives dsq_intq_code's bits in every copy and refuses non-finite values. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -176,6 +177,66 @@ static void test_lanes_copies_agree(void **state)
                 }
     }
     print_message("%d lane sums compared with the reference\n", compared);
+}
+
+/* AWQ's group fake quantization: every copy gives, bit for bit, what the
+ * rule's params and dsq_intq_code give on w * s, divided by s; a non-finite
+ * value is refused by every copy. Sizes with and without a tail past the
+ * lanes; values on rounding ties (multiples of half a step). */
+static void test_fake_group_copies(void **state)
+{
+    (void)state;
+    typedef bool (*fake_fn)(const float *, const float *, int64_t, const dsq_intq_params *, float *, float *);
+    const struct {
+        const char *name;
+        fake_fn fn;
+        bool runs;
+    } copies[] = {
+        {"ref", dsq_intq_fake_group_ref, true},
+        {"avx2", dsq_intq_fake_group_avx2, dsq_cpu_has(DSQ_CPU_AVX2)},
+        {"avx512", dsq_intq_fake_group_avx512, dsq_cpu_has(DSQ_CPU_AVX512F)},
+    };
+    const int64_t sizes[] = {16, 32, 64, 128, 200, 7};
+    uint64_t seed = 9;
+    float w[200], imp[200], sc[200], v[200], got[200], want[200];
+    int compared = 0;
+    for (size_t c = 0; c < sizeof copies / sizeof copies[0]; c++) {
+        if (!copies[c].runs) {
+            print_message("the %s copy not run: this CPU lacks it\n", copies[c].name);
+            continue;
+        }
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+            for (int variant = 0; variant < 8; variant++) {
+                const int64_t n = sizes[si];
+                draw_group(w, imp, (int)n, variant % 2 == 1, &seed);
+                if (variant >= 6) /* ties: the range 0 .. 15 steps of 0.25 gives codes on halves */
+                    for (int64_t i = 0; i < n; i++) w[i] = 0.125f * (float)(i % 31);
+                for (int64_t i = 0; i < n; i++) sc[i] = 0.5f + imp[i];
+                const float *s = variant % 4 < 2 ? sc : NULL;
+                dsq_intq_params p = {.bits = variant < 4 ? 4 : 3,
+                                     .group_size = (int)n,
+                                     .sym = variant % 3 == 0,
+                                     .rule = DSQ_INTQ_RULE_AWQ};
+                float vv[200], scale, t;
+                int zero;
+                for (int64_t i = 0; i < n; i++) vv[i] = s ? w[i] * s[i] : w[i];
+                float mn, mx;
+                dsq_intq_min_max(vv, n, &mn, &mx);
+                dsq_intq_range_params(mn, mx, &p, 1.0f, &scale, &zero, &t);
+                for (int64_t i = 0; i < n; i++) {
+                    float q = (float)(dsq_intq_code(vv[i], scale, zero, dsq_intq_maxq(p.bits)) - zero) * scale;
+                    want[i] = s ? q / s[i] : q;
+                }
+                assert_true(copies[c].fn(w, s, n, &p, v, got));
+                if (memcmp(got, want, (size_t)n * sizeof *got))
+                    fail_msg("%s copy: n %lld variant %d differs from dsq_intq_code", copies[c].name, (long long)n,
+                             variant);
+                w[n / 2] = variant % 2 ? NAN : INFINITY;
+                assert_false(copies[c].fn(w, s, n, &p, v, got));
+                compared++;
+            }
+    }
+    print_message("%d fake-quantized groups compared with dsq_intq_code\n", compared);
 }
 
 /* The Gram objective (AWQ's clip step): with G diagonal it is the
@@ -342,6 +403,7 @@ int main(void)
         cmocka_unit_test(test_pow_2p4),
         cmocka_unit_test(test_gram_objective),
         cmocka_unit_test(test_lanes_copies_agree),
+        cmocka_unit_test(test_fake_group_copies),
         cmocka_unit_test(test_quantize_uses_ratio),
         cmocka_unit_test(test_bad_importance),
         cmocka_unit_test(test_configs),
