@@ -45,6 +45,14 @@ void dsq_vec_scale(int64_t n, float a, float *y)
     for (int64_t i = 0; i < n; i++) y[i] *= a;
 }
 
+float dsq_vec_max(int64_t n, const float *x)
+{
+    if (dsq_cpu_use_avx2()) return dsq_vec_max_avx2(n, x);
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+
 float dsq_vec_exp_sum(int64_t n, float *x, float shift)
 {
     if (dsq_cpu_use_avx2()) return dsq_vec_exp_sum_avx2(n, x, shift);

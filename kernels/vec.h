@@ -13,6 +13,8 @@ float dsq_vec_dot_bf16_f32(int64_t n, const uint16_t *a, const float *b);
 void dsq_vec_axpy(int64_t n, float a, const float *x, float *y);
 /* y[i] *= a */
 void dsq_vec_scale(int64_t n, float a, float *y);
+/* The largest x[i] (NaNs skipped; -inf for n 0): the same value on every path. */
+float dsq_vec_max(int64_t n, const float *x);
 
 /* x[i] = exp(x[i] - shift), returning the sum (softmax numerators). AVX2:
  * a polynomial exp (Cephes expf's range reduction and minimax coefficients,
@@ -30,6 +32,7 @@ float dsq_vec_dot_f16_f32_avx2(int64_t n, const uint16_t *a, const float *b);
 float dsq_vec_dot_bf16_f32_avx2(int64_t n, const uint16_t *a, const float *b);
 void dsq_vec_axpy_avx2(int64_t n, float a, const float *x, float *y);
 float dsq_vec_exp_sum_avx2(int64_t n, float *x, float shift);
+float dsq_vec_max_avx2(int64_t n, const float *x);
 void dsq_vec_swiglu_avx2(int64_t n, const float *gate, const float *up, float *out);
 
 #endif

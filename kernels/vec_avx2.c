@@ -10,6 +10,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 
 #include <immintrin.h>
+#include <math.h>
 
 #include "core/dtype.h"
 
@@ -21,10 +22,7 @@ static inline float hsum(__m256 v)
     return _mm_cvtss_f32(r);
 }
 
-static inline __m256 load_f16(const uint16_t *p)
-{
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-}
+static inline __m256 load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
 static inline __m256 load_bf16(const uint16_t *p)
 {
@@ -33,16 +31,16 @@ static inline __m256 load_bf16(const uint16_t *p)
 }
 
 /* Two accumulators hide the FMA latency on the short rows of attention. */
-#define DOT_BODY(LOAD_A, TAIL_A)                                                                   \
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();                                     \
-    int64_t i = 0;                                                                                 \
-    for (; i + 16 <= n; i += 16) {                                                                 \
-        s0 = _mm256_fmadd_ps(LOAD_A(a + i), _mm256_loadu_ps(b + i), s0);                           \
-        s1 = _mm256_fmadd_ps(LOAD_A(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);                   \
-    }                                                                                              \
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(LOAD_A(a + i), _mm256_loadu_ps(b + i), s0);    \
-    float s = hsum(_mm256_add_ps(s0, s1));                                                         \
-    for (; i < n; i++) s += TAIL_A(a[i]) * b[i];                                                   \
+#define DOT_BODY(LOAD_A, TAIL_A)                                                                                       \
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();                                                         \
+    int64_t i = 0;                                                                                                     \
+    for (; i + 16 <= n; i += 16) {                                                                                     \
+        s0 = _mm256_fmadd_ps(LOAD_A(a + i), _mm256_loadu_ps(b + i), s0);                                               \
+        s1 = _mm256_fmadd_ps(LOAD_A(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);                                       \
+    }                                                                                                                  \
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(LOAD_A(a + i), _mm256_loadu_ps(b + i), s0);                        \
+    float s = hsum(_mm256_add_ps(s0, s1));                                                                             \
+    for (; i < n; i++) s += TAIL_A(a[i]) * b[i];                                                                       \
     return s;
 
 #define ID(x) (x)
@@ -57,7 +55,8 @@ void dsq_vec_axpy_avx2(int64_t n, float a, const float *x, float *y)
 {
     __m256 va = _mm256_set1_ps(a);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] += a * x[i];
 }
 
@@ -104,6 +103,19 @@ float dsq_vec_exp_sum_avx2(int64_t n, float *x, float shift)
     return sum;
 }
 
+float dsq_vec_max_avx2(int64_t n, const float *x)
+{
+    /* max_ps(v, acc) keeps acc where v is NaN, as the scalar comparison does */
+    __m256 acc = _mm256_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_max_ps(_mm256_loadu_ps(x + i), acc);
+    float t[8], mx = -INFINITY;
+    _mm256_storeu_ps(t, acc);
+    for (int l = 0; l < 8; l++) mx = t[l] > mx ? t[l] : mx;
+    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+
 void dsq_vec_swiglu_avx2(int64_t n, const float *gate, const float *up, float *out)
 {
     const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
@@ -129,6 +141,7 @@ float dsq_vec_dot_f16_f32_avx2(int64_t n, const uint16_t *a, const float *b) { r
 float dsq_vec_dot_bf16_f32_avx2(int64_t n, const uint16_t *a, const float *b) { return 0.0f; }
 void dsq_vec_axpy_avx2(int64_t n, float a, const float *x, float *y) {}
 float dsq_vec_exp_sum_avx2(int64_t n, float *x, float shift) { return 0.0f; }
+float dsq_vec_max_avx2(int64_t n, const float *x) { return 0.0f; }
 void dsq_vec_swiglu_avx2(int64_t n, const float *gate, const float *up, float *out) {}
 
 #endif

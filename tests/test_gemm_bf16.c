@@ -20,9 +20,9 @@
 #include "core/dtype.h"
 #include "kernels/cpu.h"
 #include "kernels/gemm_bf16.h"
+#include "kernels/vec.h"
 #include "quantizers/qtypes.h"
 #include "runtime/cpu/ops.h"
-#include "kernels/vec.h"
 #include "runtime/linear.h"
 #include "tests/helpers/testutil.h"
 
@@ -239,12 +239,15 @@ static void linear_case(dsq_type t, int out, int in, int n_tok)
     size_t rb = (size_t)in / tr->block_elems * tr->block_bytes;
     uint8_t *data = malloc(rb * (size_t)out);
     assert_non_null(data);
-    if (t == DSQ_TYPE_F32) memcpy(data, w, (size_t)out * (size_t)in * sizeof *w);
-    else assert_int_equal(dsq_quantize(t, w, data, out, in, NULL), DSQ_OK);
+    if (t == DSQ_TYPE_F32)
+        memcpy(data, w, (size_t)out * (size_t)in * sizeof *w);
+    else
+        assert_int_equal(dsq_quantize(t, w, data, out, in, NULL), DSQ_OK);
     dsq_linear W;
     assert_int_equal(dsq_linear_init(&W, t, data, out, in), DSQ_OK);
     W.bias = bias;
-    float *y32 = malloc((size_t)n_tok * (size_t)out * sizeof *y32), *y16 = malloc((size_t)n_tok * (size_t)out * sizeof *y16);
+    float *y32 = malloc((size_t)n_tok * (size_t)out * sizeof *y32),
+          *y16 = malloc((size_t)n_tok * (size_t)out * sizeof *y16);
     assert_non_null(y32);
     assert_non_null(y16);
     assert_int_equal(dsq_linear_forward_gemm(&W, x, y32, n_tok), DSQ_OK);
@@ -259,7 +262,8 @@ static void linear_case(dsq_type t, int out, int in, int n_tok)
      * the sum of in of them has a spread near sqrt(in) * 0.5 * 2^-9 / sqrt(3);
      * 8 of those bounds the worst output. */
     double tol = t == DSQ_TYPE_F32 ? 1e-4 : 8.0 * sqrt((double)in) * 0.5 / 512.0 / sqrt(3.0);
-    if (worst > tol) fail_msg("%s %d x %d, %d tokens: max |bf16 - f32| %.3g > %.3g", tr->name, out, in, n_tok, worst, tol);
+    if (worst > tol)
+        fail_msg("%s %d x %d, %d tokens: max |bf16 - f32| %.3g > %.3g", tr->name, out, in, n_tok, worst, tol);
     if (t != DSQ_TYPE_F32) assert_true(worst > 0); /* the rounding did happen */
     free(w), free(x), free(bias), free(data), free(y32), free(y16);
 }
@@ -289,10 +293,33 @@ static void test_exp_sum(void **state)
             for (int i = 0; i < n; i++) {
                 double want = exp((double)(orig[i] - shift));
                 double tol = (double)orig[i] - shift > -87.0 ? 4e-7 * want : 1e-37;
-                if (!(fabs(x[i] - want) <= tol)) fail_msg("isa %d: exp(%.7g) = %.9g, want %.9g", is, orig[i] - shift, x[i], want);
+                if (!(fabs(x[i] - want) <= tol))
+                    fail_msg("isa %d: exp(%.7g) = %.9g, want %.9g", is, orig[i] - shift, x[i], want);
             }
-            if (!(fabs(sum - want_sum) <= 1e-7 * n * want_sum + 1e-37 * n)) fail_msg("isa %d n %d: sum %.9g, want %.9g", is, n, sum, want_sum);
+            if (!(fabs(sum - want_sum) <= 1e-7 * n * want_sum + 1e-37 * n))
+                fail_msg("isa %d n %d: sum %.9g, want %.9g", is, n, sum, want_sum);
         }
+    }
+    dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+}
+
+/* The softmax row's max: the largest value on both paths, every tail
+ * length, the maximum anywhere in the row, NaNs skipped, -inf for no values. */
+static void test_vec_max(void **state)
+{
+    (void)state;
+    for (int is = 0; is < 2; is++) {
+        dsq_cpu_set_isa(is ? DSQ_CPU_ISA_AUTO : DSQ_CPU_ISA_SCALAR);
+        assert_true(isinf(dsq_vec_max(0, NULL)) && dsq_vec_max(0, NULL) < 0);
+        for (int n = 1; n <= 40; n++)
+            for (int at = 0; at < n; at++) {
+                float x[40];
+                for (int i = 0; i < n; i++) x[i] = -50.0f + (float)((i * 7) % 13);
+                x[at] = 100.0f + (float)at;
+                if (n > 2) x[(at + 1) % n] = NAN;
+                float m = dsq_vec_max(n, x);
+                if (m != 100.0f + (float)at) fail_msg("isa %d n %d: max %g, want %g", is, n, m, 100.0 + at);
+            }
     }
     dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
 }
@@ -339,6 +366,7 @@ int main(void)
         cmocka_unit_test(test_round_to_nearest_even),
         cmocka_unit_test(test_linear_bf16),
         cmocka_unit_test(test_exp_sum),
+        cmocka_unit_test(test_vec_max),
         cmocka_unit_test(test_swiglu_fast),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

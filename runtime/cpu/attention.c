@@ -10,8 +10,8 @@
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
-#include "runtime/cpu/ops.h"
 #include "kernels/vec.h"
+#include "runtime/cpu/ops.h"
 
 #define QBLOCK 32          /* query rows per GEMM work item */
 #define QBLOCK_BF16 128    /* BF16: packing K and V costs more, so fewer, taller blocks */
@@ -31,7 +31,10 @@ static int vdim(const dsq_attn_shape *s) { return s->head_dim_v > 0 ? s->head_di
 
 static float qk_scale(const dsq_attn_shape *s) { return s->scale > 0 ? s->scale : 1.0f / sqrtf((float)s->head_dim); }
 
-static int64_t vstride(const dsq_attn_shape *s) { return s->v_stride > 0 ? s->v_stride : (int64_t)s->n_kv_heads * vdim(s); }
+static int64_t vstride(const dsq_attn_shape *s)
+{
+    return s->v_stride > 0 ? s->v_stride : (int64_t)s->n_kv_heads * vdim(s);
+}
 
 /* First key position query position p may see. */
 static int first_key(const dsq_attn_shape *s, int p)
@@ -42,9 +45,7 @@ static int first_key(const dsq_attn_shape *s, int p)
 /* exp_shift with the polynomial exp of dsq_vec_exp_sum (BF16 passes). */
 static float fast_exp_shift(float *p, int lo, int hi)
 {
-    float mx = -INFINITY;
-    for (int j = lo; j <= hi; j++) mx = p[j] > mx ? p[j] : mx;
-    return dsq_vec_exp_sum(hi - lo + 1, p + lo, mx);
+    return dsq_vec_exp_sum(hi - lo + 1, p + lo, dsq_vec_max(hi - lo + 1, p + lo));
 }
 
 /* In place: p[j] for j in [lo, hi] becomes softmax over that range; the sum of
@@ -61,8 +62,8 @@ static float exp_shift(float *p, int lo, int hi)
     return sum;
 }
 
-dsq_status dsq_cpu_attention_rows(const dsq_attn_shape *s, const float *q, const float *kc, const float *vc,
-                                  float *out, int n, int pos0)
+dsq_status dsq_cpu_attention_rows(const dsq_attn_shape *s, const float *q, const float *kc, const float *vc, float *out,
+                                  int n, int pos0)
 {
     DSQ_TRY(check_shape(s, n, pos0));
     int hd = s->head_dim, hv = vdim(s), group = s->n_heads / s->n_kv_heads, L = pos0 + n;
@@ -177,11 +178,11 @@ static void attend_block(const dsq_attn_shape *s, const float *q, const float *k
     for (int r = 0; r < nb; r++) {
         float *row = sc->S + (int64_t)r * Lk;
         int p = pos0 + i0 + r, a = first_key(s, p) - lo, b = p - lo; /* visible: [a, b] */
-        for (int j = a; j <= b; j++) row[j] *= scale;
+        dsq_vec_scale(b - a + 1, scale, row + a);
         float inv = 1.0f / (s->bf16 ? fast_exp_shift(row, a, b) : exp_shift(row, a, b));
-        for (int j = 0; j < a; j++) row[j] = 0;
-        for (int j = a; j <= b; j++) row[j] *= inv;
-        for (int j = b + 1; j < Lk; j++) row[j] = 0;
+        memset(row, 0, (size_t)a * sizeof *row);
+        dsq_vec_scale(b - a + 1, inv, row + a);
+        memset(row + b + 1, 0, (size_t)(Lk - 1 - b) * sizeof *row);
     }
     weigh_values(s, vc, out, h, i0, nb, lo, Lk, sc);
 }
