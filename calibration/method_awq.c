@@ -36,6 +36,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "kernels/cpu.h"
+#include "kernels/vec.h"
 
 typedef struct awq_st {
     dsq_seq_layer *s;
@@ -79,15 +80,7 @@ static double sse(const float *a, const float *b, size_t n)
 #pragma omp parallel for schedule(static) num_threads(dsq_cpu_threads())
     for (int i = 0; i < SSE_BLOCKS; i++) {
         size_t lo = (size_t)i * bs, hi = lo + bs < n ? lo + bs : n;
-        double acc[4] = {0, 0, 0, 0}; /* independent chains: the loop is latency-bound otherwise */
-        size_t j = lo;
-        for (; j + 4 <= hi; j += 4)
-            for (int u = 0; u < 4; u++) {
-                double d = (double)a[j + u] - (double)b[j + u];
-                acc[u] += d * d;
-            }
-        for (; j < hi; j++) acc[0] += ((double)a[j] - (double)b[j]) * ((double)a[j] - (double)b[j]);
-        part[i] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        part[i] = lo < hi ? dsq_vec_sq_diff((int64_t)(hi - lo), a + lo, b + lo) : 0.0;
     }
     double t = 0;
     for (int i = 0; i < SSE_BLOCKS; i++) t += part[i];

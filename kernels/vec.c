@@ -45,6 +45,17 @@ void dsq_vec_scale(int64_t n, float a, float *y)
     for (int64_t i = 0; i < n; i++) y[i] *= a;
 }
 
+double dsq_vec_sq_diff(int64_t n, const float *a, const float *b)
+{
+    if (dsq_cpu_use_avx2()) return dsq_vec_sq_diff_avx2(n, a, b);
+    double acc[8] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        const double d = (double)a[i] - (double)b[i];
+        acc[i % 8] += d * d;
+    }
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
 float dsq_vec_max(int64_t n, const float *x)
 {
     if (dsq_cpu_use_avx2()) return dsq_vec_max_avx2(n, x);

@@ -13,6 +13,9 @@ float dsq_vec_dot_bf16_f32(int64_t n, const uint16_t *a, const float *b);
 void dsq_vec_axpy(int64_t n, float a, const float *x, float *y);
 /* y[i] *= a */
 void dsq_vec_scale(int64_t n, float a, float *y);
+/* sum (a[i] - b[i])^2 in double, in 8 lanes (lane i % 8, summed pairwise
+ * at the end): the same bits on every path (no FMA). */
+double dsq_vec_sq_diff(int64_t n, const float *a, const float *b);
 /* The largest x[i] (NaNs skipped; -inf for n 0): the same value on every path. */
 float dsq_vec_max(int64_t n, const float *x);
 
@@ -33,6 +36,7 @@ float dsq_vec_dot_bf16_f32_avx2(int64_t n, const uint16_t *a, const float *b);
 void dsq_vec_axpy_avx2(int64_t n, float a, const float *x, float *y);
 float dsq_vec_exp_sum_avx2(int64_t n, float *x, float shift);
 float dsq_vec_max_avx2(int64_t n, const float *x);
+double dsq_vec_sq_diff_avx2(int64_t n, const float *a, const float *b);
 void dsq_vec_swiglu_avx2(int64_t n, const float *gate, const float *up, float *out);
 
 #endif

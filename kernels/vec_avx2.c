@@ -103,6 +103,30 @@ float dsq_vec_exp_sum_avx2(int64_t n, float *x, float shift)
     return sum;
 }
 
+double dsq_vec_sq_diff_avx2(int64_t n, const float *a, const float *b)
+{
+    /* lanes 0-3 in lo, 4-7 in hi: the scalar reference's acc[i % 8] */
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 va = _mm256_loadu_ps(a + i), vb = _mm256_loadu_ps(b + i);
+        __m256d d0 =
+            _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(va)), _mm256_cvtps_pd(_mm256_castps256_ps128(vb)));
+        __m256d d1 =
+            _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(va, 1)), _mm256_cvtps_pd(_mm256_extractf128_ps(vb, 1)));
+        lo = _mm256_add_pd(lo, _mm256_mul_pd(d0, d0));
+        hi = _mm256_add_pd(hi, _mm256_mul_pd(d1, d1));
+    }
+    double acc[8];
+    _mm256_storeu_pd(acc, lo);
+    _mm256_storeu_pd(acc + 4, hi);
+    for (; i < n; i++) {
+        const double d = (double)a[i] - (double)b[i];
+        acc[i % 8] += d * d;
+    }
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
 float dsq_vec_max_avx2(int64_t n, const float *x)
 {
     /* max_ps(v, acc) keeps acc where v is NaN, as the scalar comparison does */
@@ -142,6 +166,7 @@ float dsq_vec_dot_bf16_f32_avx2(int64_t n, const uint16_t *a, const float *b) { 
 void dsq_vec_axpy_avx2(int64_t n, float a, const float *x, float *y) {}
 float dsq_vec_exp_sum_avx2(int64_t n, float *x, float shift) { return 0.0f; }
 float dsq_vec_max_avx2(int64_t n, const float *x) { return 0.0f; }
+double dsq_vec_sq_diff_avx2(int64_t n, const float *a, const float *b) { return 0.0; }
 void dsq_vec_swiglu_avx2(int64_t n, const float *gate, const float *up, float *out) {}
 
 #endif

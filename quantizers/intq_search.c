@@ -99,13 +99,30 @@ double dsq_intq_group_error(const float *w, int64_t n, const float *imp, const d
     return range_error(w, n, imp, mn, mx, p, clip, norm);
 }
 
+void dsq_intq_deltas_ref(const float *w, int64_t n, const dsq_intq_code_grid *g, float *d)
+{
+    dsq_intq_deltas_body(w, n, g, d);
+}
+
+static void deltas(const float *w, int64_t n, const dsq_intq_code_grid *g, float *d)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (dsq_cpu_has(DSQ_CPU_AVX512F))
+        dsq_intq_deltas_avx512(w, n, g, d);
+    else if (dsq_cpu_has(DSQ_CPU_AVX2))
+        dsq_intq_deltas_avx2(w, n, g, d);
+    else
+#endif
+        dsq_intq_deltas_ref(w, n, g, d);
+}
+
 /* E as d^T G d, d the group's dequantization error at one total ratio, in
  * double; d goes through scratch. */
 static double gram_error(const float *w, int64_t n, const float *G, float mn, float mx, const dsq_intq_params *p,
                          float clip, float *d)
 {
     const dsq_intq_code_grid g = code_grid(mn, mx, p, clip);
-    for (int64_t i = 0; i < n; i++) d[i] = dsq_intq_code_delta(w[i], &g);
+    deltas(w, n, &g, d);
     double e = 0.0;
     for (int64_t k = 0; k < n; k++) e += (double)d[k] * (double)dsq_vec_dot_f32(n, G + k * n, d);
     return e;

@@ -13,3 +13,8 @@ bool dsq_intq_fake_group_avx2(const float *w, const float *s, int64_t n, const d
 {
     return dsq_intq_fake_group_body(w, s, n, p, v, out);
 }
+
+void dsq_intq_deltas_avx2(const float *w, int64_t n, const dsq_intq_code_grid *g, float *d)
+{
+    dsq_intq_deltas_body(w, n, g, d);
+}

@@ -14,3 +14,8 @@ bool dsq_intq_fake_group_avx512(const float *w, const float *s, int64_t n, const
 {
     return dsq_intq_fake_group_body(w, s, n, p, v, out);
 }
+
+void dsq_intq_deltas_avx512(const float *w, int64_t n, const dsq_intq_code_grid *g, float *d)
+{
+    dsq_intq_deltas_body(w, n, g, d);
+}

@@ -174,6 +174,19 @@ dsq_intq_fake_group_body(const float *w, const float *s, int64_t n, const dsq_in
     return true;
 }
 
+/* d[i] = dsq_intq_code_delta(w[i], g) for n values (the Gram objective's
+ * error vector), the same in every copy. */
+static inline __attribute__((always_inline)) void dsq_intq_deltas_body(const float *w, int64_t n,
+                                                                       const dsq_intq_code_grid *g, float *d)
+{
+    const dsq_intq_code_grid c = *g; /* a local copy: no aliasing with d */
+    for (int64_t i = 0; i < n; i++) d[i] = dsq_intq_code_delta(w[i], &c);
+}
+
+void dsq_intq_deltas_avx2(const float *w, int64_t n, const dsq_intq_code_grid *g, float *d);
+void dsq_intq_deltas_avx512(const float *w, int64_t n, const dsq_intq_code_grid *g, float *d);
+void dsq_intq_deltas_ref(const float *w, int64_t n, const dsq_intq_code_grid *g, float *d);
+
 bool dsq_intq_fake_group_avx2(const float *w, const float *s, int64_t n, const dsq_intq_params *p, float *v,
                               float *out);
 bool dsq_intq_fake_group_avx512(const float *w, const float *s, int64_t n, const dsq_intq_params *p, float *v,

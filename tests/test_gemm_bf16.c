@@ -324,6 +324,25 @@ static void test_vec_max(void **state)
     dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
 }
 
+/* The sum of squared differences: the same bits on both paths, every tail
+ * length, and within rounding of the plain double sum. */
+static void test_vec_sq_diff(void **state)
+{
+    (void)state;
+    float *a = randm(203, 2.0f), *b = randm(203, 1.0f);
+    for (int n = 0; n <= 203; n += 3) {
+        double want = 0;
+        for (int i = 0; i < n; i++) want += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        dsq_cpu_set_isa(DSQ_CPU_ISA_SCALAR);
+        double ref = dsq_vec_sq_diff(n, a, b);
+        dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+        double got = dsq_vec_sq_diff(n, a, b);
+        if (memcmp(&ref, &got, sizeof ref)) fail_msg("n %d: %.17g vs the scalar lanes' %.17g", n, got, ref);
+        if (!(fabs(got - want) <= 1e-13 * want)) fail_msg("n %d: %.17g vs %.17g", n, got, want);
+    }
+    free(a), free(b);
+}
+
 /* silu(g) * u with the polynomial exp, against double, every tail length,
  * and the chunked op over a large buffer. */
 static void test_swiglu_fast(void **state)
@@ -367,6 +386,7 @@ int main(void)
         cmocka_unit_test(test_linear_bf16),
         cmocka_unit_test(test_exp_sum),
         cmocka_unit_test(test_vec_max),
+        cmocka_unit_test(test_vec_sq_diff),
         cmocka_unit_test(test_swiglu_fast),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -173,6 +173,12 @@ static void test_lanes_copies_agree(void **state)
                     if (memcmp(a, b, sizeof a))
                         fail_msg("%s copy: n %lld norm %g variant %d differs from the reference", copies[c].name,
                                  (long long)n, (double)norms[ni], variant);
+                    float da[200], db[200];
+                    dsq_intq_deltas_ref(w, n, &g, da);
+                    (c == 0 ? dsq_intq_deltas_avx2 : dsq_intq_deltas_avx512)(w, n, &g, db);
+                    for (int64_t i = 0; i < n; i++)
+                        if (memcmp(&da[i], &db[i], sizeof da[i]) || da[i] != dsq_intq_code_delta(w[i], &g))
+                            fail_msg("%s copy: delta %lld of %lld differs", copies[c].name, (long long)i, (long long)n);
                     compared++;
                 }
     }
