@@ -10,8 +10,9 @@
 #include <string.h>
 
 #include "kernels/cpu.h"
-#include "kernels/gemm.h"      /* d G in the quadratic-form loss */
-#include "kernels/gemm_bf16.h" /* the same in BF16 passes */
+#include "kernels/gemm.h"             /* d G in the quadratic-form loss */
+#include "kernels/gemm_bf16.h"        /* the same in BF16 passes */
+#include "quantizers/intq_internal.h" /* a group's min and max */
 #include "quantizers/intq_search.h"
 #include "quantizers/qtypes.h"
 
@@ -377,27 +378,62 @@ void dsq_awq_div_cols(float *x, int64_t n_tok, int64_t cols, const float *s)
         for (int64_t c = 0; c < cols; c++) x[t * cols + c] /= s[c];
 }
 
-/* Best threshold of one (row, group): the shared group search
- * (quantizers/intq_search.h) on AutoAWQ's grid, t = amax * (1 - i / n_grid)
- * for i < max_shrink * n_grid, with the Gram objective. Its error, the mean
- * over the sampled tokens of (x_g . q - x_g . w_g)^2, is d^T G d with
- * d = q - w_g and G = x_g^T x_g / n_tok the group's Gram matrix: the same
- * number as AutoAWQ's per-token sum, at gs^2 instead of n_tok * gs per
- * candidate. The AWQ rule's params at ratio c are those of the group
- * clamped to +-c amax, which is what AutoAWQ quantizes. */
-static dsq_status clip_group(const float *wg, int64_t gs, const float *G, const dsq_awq_opts *o, float *d, float *best)
+#define CLIP_TILE 64 /* rows per work item of the clip search */
+
+/* A clip-search tile's buffers: code errors D and T = D G [rows x gs], the
+ * rows' ranges and their best so far, GEMM scratch. */
+typedef struct clip_buf {
+    float *D, *T, *mn, *mx, *amax, *best_r, *scratch;
+    double *best_e;
+} clip_buf;
+
+static bool clip_buf_alloc(clip_buf *b, int64_t gs)
 {
-    float amax = 0.0f;
-    for (int64_t k = 0; k < gs; k++) {
-        if (!isfinite(wg[k])) return dsq_fail(DSQ_ERR_NUMERIC, "awq clip: non-finite weight");
-        amax = fabsf(wg[k]) > amax ? fabsf(wg[k]) : amax;
+    b->D = malloc((size_t)(CLIP_TILE * gs) * sizeof(float));
+    b->T = malloc((size_t)(CLIP_TILE * gs) * sizeof(float));
+    b->mn = malloc(4 * CLIP_TILE * sizeof(float));
+    b->best_e = malloc(CLIP_TILE * sizeof(double));
+    b->scratch = dsq_gemm_scratch_alloc(dsq_gemm_scratch_floats(gs, gs));
+    if (b->mn) b->mx = b->mn + CLIP_TILE, b->amax = b->mx + CLIP_TILE, b->best_r = b->amax + CLIP_TILE;
+    return b->D && b->T && b->mn && b->best_e && b->scratch;
+}
+
+static void clip_buf_free(clip_buf *b) { free(b->D), free(b->T), free(b->mn), free(b->best_e), free(b->scratch); }
+
+/* The clip thresholds of rows [0, nr) of w (row stride cols) for group g:
+ * AutoAWQ's grid t = amax * (1 - i / n_grid), i < max_shrink * n_grid, the
+ * least d^T G d winning (ties: the earlier, wider range), d the row group's
+ * code error under the AWQ rule's params of the clamped range, G the group's
+ * Gram matrix: the same number as AutoAWQ's mean over the sampled tokens of
+ * (x_g . q - x_g . w_g)^2, at gs^2 instead of n_tok * gs per candidate. All
+ * rows of a candidate go through one F32 GEMM, T = D G. False when a weight
+ * is not finite. */
+static bool clip_group_rows(const float *w, int64_t nr, int64_t cols, int64_t g, int64_t gs, const float *Gg,
+                            const dsq_awq_opts *o, clip_buf *b, float *max_val, int64_t ng)
+{
+    for (int64_t r = 0; r < nr; r++) {
+        const float *wg = w + r * cols + g * gs;
+        for (int64_t k = 0; k < gs; k++)
+            if (!isfinite(wg[k])) return false;
+        dsq_intq_min_max(wg, gs, &b->mn[r], &b->mx[r]);
+        b->amax[r] = fmaxf(fabsf(b->mn[r]), fabsf(b->mx[r]));
+        b->best_e[r] = INFINITY;
+        b->best_r[r] = 1.0f;
     }
-    const dsq_intq_objective obj = {NULL, 2.0f, G};
     const int n_shrink = (int)(o->max_shrink * o->n_grid);
-    const float ratio =
-        n_shrink > 0 ? dsq_intq_search_grid(wg, gs, &o->q, 1.0f, n_shrink, o->n_grid, &obj, d, NULL) : 1.0f;
-    *best = amax * ratio;
-    return DSQ_OK;
+    for (int k = 0; k < n_shrink; k++) {
+        const float ratio = dsq_intq_grid_ratio(k, o->n_grid);
+        for (int64_t r = 0; r < nr; r++)
+            dsq_intq_code_deltas(w + r * cols + g * gs, gs, b->mn[r], b->mx[r], &o->q, ratio, b->D + r * gs);
+        dsq_gemm_f32(DSQ_GEMM_BN, nr, gs, gs, b->D, gs, Gg, gs, b->T, gs, false, b->scratch);
+        for (int64_t r = 0; r < nr; r++) {
+            double e = 0.0;
+            for (int64_t i = 0; i < gs; i++) e += (double)b->D[r * gs + i] * (double)b->T[r * gs + i];
+            if (e < b->best_e[r]) b->best_e[r] = e, b->best_r[r] = ratio;
+        }
+    }
+    for (int64_t r = 0; r < nr; r++) max_val[r * ng + g] = b->amax[r] * b->best_r[r];
+    return true;
 }
 
 /* G[g] = x_g^T x_g / nt for every group g of the sampled tokens: one F32
@@ -450,23 +486,26 @@ dsq_status dsq_awq_search_clip(const float *w, int64_t rows, int64_t cols, const
         return gst;
     }
     int failed = 0;
+    const int64_t tiles = (rows + CLIP_TILE - 1) / CLIP_TILE;
 #pragma omp parallel
     {
-        float *d = malloc((size_t)gs * sizeof *d);
-        if (!d) {
+        clip_buf b = {0};
+        const bool ok = clip_buf_alloc(&b, gs);
+        if (!ok) {
 #pragma omp atomic write
             failed = 1;
         }
-#pragma omp for schedule(dynamic, 4)
-        for (int64_t r = 0; r < rows; r++) {
-            if (!d) continue;
-            for (int64_t g = 0; g < ng; g++)
-                if (clip_group(w + r * cols + g * gs, gs, G + g * gs * gs, o, d, &max_val[r * ng + g]) != DSQ_OK) {
+#pragma omp for schedule(dynamic, 1) collapse(2)
+        for (int64_t t = 0; t < tiles; t++)
+            for (int64_t g = 0; g < ng; g++) {
+                const int64_t r0 = t * CLIP_TILE, nr = rows - r0 < CLIP_TILE ? rows - r0 : CLIP_TILE;
+                if (ok &&
+                    !clip_group_rows(w + r0 * cols, nr, cols, g, gs, G + g * gs * gs, o, &b, max_val + r0 * ng, ng)) {
 #pragma omp atomic write
                     failed = 2;
                 }
-        }
-        free(d);
+            }
+        clip_buf_free(&b);
     }
     free(G);
     if (failed == 1) return dsq_fail(DSQ_ERR_NOMEM, "awq clip: out of memory");

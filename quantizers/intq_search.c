@@ -116,6 +116,12 @@ static void deltas(const float *w, int64_t n, const dsq_intq_code_grid *g, float
         dsq_intq_deltas_ref(w, n, g, d);
 }
 
+void dsq_intq_code_deltas(const float *w, int64_t n, float mn, float mx, const dsq_intq_params *p, float clip, float *d)
+{
+    const dsq_intq_code_grid g = code_grid(mn, mx, p, clip);
+    deltas(w, n, &g, d);
+}
+
 /* E as d^T G d, d the group's dequantization error at one total ratio, in
  * double; d goes through scratch. */
 static double gram_error(const float *w, int64_t n, const float *G, float mn, float mx, const dsq_intq_params *p,

@@ -85,6 +85,12 @@ float dsq_intq_search_grid(const float *w, int64_t n, const dsq_intq_params *p, 
  * scratch. False when a value is not finite. */
 bool dsq_intq_fake_group(const float *w, const float *s, int64_t n, const dsq_intq_params *p, float *v, float *out);
 
+/* d = dequant(code(w)) - w for one group of n values under the rule's
+ * params at total clip `clip` from the group's range [mn, mx] (what the
+ * search's objectives weigh), on the widest copy this CPU runs. */
+void dsq_intq_code_deltas(const float *w, int64_t n, float mn, float mx, const dsq_intq_params *p, float clip,
+                          float *d);
+
 /* E at one total clip ratio (the search's objective, for tests and reports). */
 double dsq_intq_group_error(const float *w, int64_t n, const float *imp, const dsq_intq_params *p, float clip,
                             float norm);

@@ -329,6 +329,20 @@ static void test_clip(void **state)
     expect_ok(dsq_awq_fake_quant(w, ROWS, COLS, NULL, &o.q, q0));
     expect_ok(dsq_awq_fake_quant(wc, ROWS, COLS, NULL, &o.q, q1));
     assert_true(out_mse(w, q1, x) <= out_mse(w, q0, x));
+    /* rows in tiles: 150 rows (two whole tiles and a part) choose what each
+     * row alone chooses; a non-finite weight is an error */
+    float *w2 = randv(150 * COLS, 0.1f, &seed), *mv2 = malloc(150 * ng * sizeof *mv2), one[4];
+    for (int r = 0; r < 150; r++) w2[r * COLS + (r * 7 % COLS)] = 1.2f;
+    expect_ok(dsq_awq_search_clip(w2, 150, COLS, x, NTOK, &o, mv2));
+    for (int r = 0; r < 150; r++) {
+        expect_ok(dsq_awq_search_clip(w2 + r * COLS, 1, COLS, x, NTOK, &o, one));
+        for (int g = 0; g < ng; g++)
+            if (one[g] != mv2[r * ng + g])
+                fail_msg("row %d group %d: %g in tiles, %g alone", r, g, mv2[r * ng + g], one[g]);
+    }
+    w2[149 * COLS + 3] = NAN;
+    assert_int_equal(dsq_awq_search_clip(w2, 150, COLS, x, NTOK, &o, mv2), DSQ_ERR_NUMERIC);
+    free(w2), free(mv2);
     free(x), free(w), free(mv), free(wc), free(q0), free(q1);
 }
 
