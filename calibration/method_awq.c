@@ -189,7 +189,9 @@ static dsq_status half_loss(awq_st *a, awq_group *gr, int p0, int p1, double bou
         if (st == DSQ_OK) *acc += sse(a->y, a->yref + t0 * dim, (size_t)(part_tokens(a, p) * dim)) / n;
         a->parts_run++;
     }
-    dsq_seq_unpack_linears(a->r, a->s->l);
+    /* the members change with the next candidate; the rest stay packed
+     * until the search ends */
+    for (int k = 0; k < gr->n; k++) dsq_linear_bf16_unpack(&a->s->m->layers[a->s->l].lin[gr->ids[k]]);
     return st;
 }
 
@@ -354,6 +356,7 @@ static dsq_status search_group(awq_group *gr, float *best_s, dsq_seq_report *rep
     const int n_parts = s->d->groups[gr->g].loss_half && !gr->experts ? a->n_parts : 1;
     a->parts_run = 0;
     if (st == DSQ_OK) st = dsq_awq_search_scale(xm, wm, cols, &s->o->awq, n_parts, group_loss, gr, best_s, &info);
+    dsq_seq_unpack_linears(a->r, s->l);
     restore_weights(gr);
     if (st == DSQ_OK) {
         if (isfinite(info.loss_r0)) /* ratio 0 ran whole (not screened out) */
