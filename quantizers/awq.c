@@ -319,13 +319,18 @@ dsq_status dsq_awq_search_scale(const float *x_mean, const float *w_mean, int64_
         return dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
     }
     dsq_status st = DSQ_OK;
-    for (int k = 0; k < n_grid && st == DSQ_OK; k++) {
-        pt[k] = (grid_point){0.0, k};
-        if (!screen) continue;
-        dsq_awq_ratio_scales(x_mean, w_mean, cols, (double)k / n_grid, o->duo_scaling, s);
-        st = loss(user, s, 0, m, INFINITY, &pt[k].acc);
+    for (int k = 0; k < n_grid; k++) pt[k] = (grid_point){0.0, k};
+    /* screening in two rounds: every point on the first half of the
+     * screening parts, the best 2 x finalists on the rest of them */
+    const int m1 = m / 2, keep = 2 * o->finalists < n_grid ? 2 * o->finalists : n_grid;
+    const int round_parts[2][2] = {{0, m1}, {m1, m}}, round_points[2] = {n_grid, keep};
+    for (int round = 0; screen && round < 2; round++) {
+        for (int i = 0; i < round_points[round] && st == DSQ_OK; i++) {
+            dsq_awq_ratio_scales(x_mean, w_mean, cols, (double)pt[i].k / n_grid, o->duo_scaling, s);
+            st = loss(user, s, round_parts[round][0], round_parts[round][1], INFINITY, &pt[i].acc);
+        }
+        qsort(pt, (size_t)round_points[round], sizeof *pt, by_loss);
     }
-    if (screen) qsort(pt, (size_t)n_grid, sizeof *pt, by_loss);
     double best = INFINITY;
     int best_k = -1;
     info->loss_r0 = NAN;

@@ -115,9 +115,10 @@ int dsq_awq_screen_parts(int n_parts);
  * (o->finalists 0, or too few parts to screen): every grid point, in grid
  * order, each stopped once its partial loss exceeds the best whole loss so
  * far; the same choice as running every point on every part. Screened: every
- * point on the first dsq_awq_screen_parts parts, then the o->finalists
- * lowest on all parts, in that order, bounded the same way; the smallest
- * whole loss among the finalists wins (ties: the lower ratio). An
+ * point on the first half of the dsq_awq_screen_parts parts, the 2 x
+ * o->finalists lowest of them on the rest of those parts, then the
+ * o->finalists lowest on all parts, in that order, bounded the same way; the
+ * smallest whole loss among the finalists wins (ties: the lower ratio). An
  * all-non-finite grid is an error (AutoAWQ raises too). */
 dsq_status dsq_awq_search_scale(const float *x_mean, const float *w_mean, int64_t cols, const dsq_awq_opts *o,
                                 int n_parts, dsq_awq_loss_fn loss, void *user, float *best_s, dsq_awq_search *info);
