@@ -577,6 +577,22 @@ static void attention_case_v(int heads, int kv, int hd, int hv, int window, int 
     double worst = 0;
     for (int i = 0; i < n * qs; i++) worst = fmax(worst, fabs(out[i] - ref[i])); /* NaN fails below */
     if (!(worst < 0.03 && worst > 1e-6)) fail_msg("bf16 attention (%d rows at %d): max error %g", n, pos0, worst);
+    /* keys and values packed once per kv head or per query block: the same bits */
+    float *per_block = malloc((size_t)n * qs * sizeof *per_block);
+    const dsq_cpu_isa isas[] = {DSQ_CPU_ISA_AUTO, DSQ_CPU_ISA_AVX512,
+                                DSQ_CPU_ISA_SCALAR}; /* AMX, AVX512-BF16, scalar */
+    for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
+        dsq_cpu_set_isa(isas[k]);
+        expect_ok(dsq_cpu_attention_blocked(&s, q, kc, vc, out, n, pos0));
+        dsq_cpu_attention_set_kv_packing(false);
+        expect_ok(dsq_cpu_attention_blocked(&s, q, kc, vc, per_block, n, pos0));
+        dsq_cpu_attention_set_kv_packing(true);
+        if (memcmp(out, per_block, (size_t)n * qs * sizeof *out))
+            fail_msg("bf16 attention (isa %d, %d heads, %d kv, %d rows at %d): packed keys and values differ", (int)k,
+                     heads, kv, n, pos0);
+    }
+    dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+    free(per_block);
     free(q), free(kc), free(vc), free(ref), free(out);
 }
 

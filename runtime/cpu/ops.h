@@ -124,5 +124,9 @@ dsq_status dsq_cpu_attention_rows(const dsq_attn_shape *s, const float *q, const
                                   int n, int pos0);
 dsq_status dsq_cpu_attention_blocked(const dsq_attn_shape *s, const float *q, const float *kc, const float *vc,
                                      float *out, int n, int pos0);
+/* The blocked BF16 path without a window packs every kv head's keys and
+ * values once (on, the default) or per query block (off): the same bits;
+ * tests compare the two. Not thread-safe: set it before any attention runs. */
+void dsq_cpu_attention_set_kv_packing(bool on);
 
 #endif
