@@ -6,6 +6,8 @@
 
 #include "runtime/ctx_internal.h"
 
+#define ROPE_TABLE_MAX_POS 8192 /* positions whose rotation angles are tabulated */
+
 const dsq_model *dsq_ctx_model(const dsq_ctx *c) { return c->m; }
 int dsq_ctx_n_ctx(const dsq_ctx *c) { return c->n_ctx; }
 int dsq_ctx_n_seq(const dsq_ctx *c) { return c->n_seq; }
@@ -66,6 +68,8 @@ dsq_status dsq_ctx_new_seqs(const dsq_model *m, const dsq_backend *be, int n_ctx
     dsq_arch ra = m->arch;
     if (ra.family == DSQ_ARCH_DEEPSEEK2) ra.head_dim = ra.mla.qk_rope_head_dim;
     dsq_status s = dsq_rope_init(&c->rope, &ra, m->rope_layout, m->rope_freq_factors);
+    /* the angles of the context's positions, up to a table of a few MiB */
+    if (s == DSQ_OK) s = dsq_rope_table(&c->rope, n_ctx < ROPE_TABLE_MAX_POS ? n_ctx : ROPE_TABLE_MAX_POS);
     if (s == DSQ_OK) s = impl->state_new(c, &c->state);
     if (s != DSQ_OK) {
         dsq_ctx_free(c);

@@ -415,6 +415,14 @@ static void check_rope(const dsq_arch *a, dsq_rope_layout lay, const double *inv
         }
         for (int i = heads * hd; i < stride; i++) assert_true(x[t * stride + i] == x0[t * stride + i]);
     }
+    /* with the angles tabulated up to the second of the three positions: the
+     * same floats, from the table and past its end */
+    float *xt = malloc((size_t)ntok * stride * sizeof *xt);
+    memcpy(xt, x0, (size_t)ntok * stride * sizeof *xt);
+    expect_ok(dsq_rope_table(&r, pos0 + 2));
+    dsq_cpu_rope(&r, xt, ntok, heads, stride, pos0);
+    assert_memory_equal(xt, x, (size_t)ntok * stride * sizeof *xt);
+    free(xt);
     dsq_rope_free(&r);
     free(x), free(x0);
 }

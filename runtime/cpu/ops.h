@@ -33,12 +33,19 @@ typedef struct dsq_rope {
     float *inv_freq; /* head_dim / 2 */
     float mscale;    /* multiplies cos and sin (yarn), else 1 */
     int head_stride; /* floats from one head's start to the next (dsq_rope_init: head_dim) */
+    /* cos and sin of the first table_pos positions' angles, head_dim / 2 of
+     * each per position (dsq_rope_table; before mscale), or NULL */
+    float *table;
+    int table_pos;
 } dsq_rope;
 
 /* freq_factors: head_dim/2 divisors of the frequencies (GGUF rope_freqs.weight)
  * or NULL to derive them from the architecture (llama3 scaling). */
 dsq_status dsq_rope_init(dsq_rope *r, const dsq_arch *a, dsq_rope_layout layout, const float *freq_factors);
 void dsq_rope_free(dsq_rope *r);
+/* Tabulates the angles' cos and sin for positions [0, n_pos), so rotations
+ * there look them up instead of calling cos and sin (the same floats). */
+dsq_status dsq_rope_table(dsq_rope *r, int n_pos);
 /* yarn's attention factor 0.1 * mscale * ln(factor) + 1 (1 when factor <= 1). */
 double dsq_yarn_mscale(double factor, double mscale);
 

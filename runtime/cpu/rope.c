@@ -89,7 +89,33 @@ dsq_status dsq_rope_init(dsq_rope *r, const dsq_arch *a, dsq_rope_layout layout,
 void dsq_rope_free(dsq_rope *r)
 {
     free(r->inv_freq);
+    free(r->table);
     r->inv_freq = NULL;
+    r->table = NULL;
+    r->table_pos = 0;
+}
+
+/* The angles' cos and sin at position pos, before mscale. */
+static void angles(const dsq_rope *r, int pos, float *c, float *s)
+{
+    for (int i = 0; i < r->head_dim / 2; i++) {
+        float theta = (float)pos * r->inv_freq[i]; /* one float product, as torch's freqs */
+        c[i] = (float)cos((double)theta);
+        s[i] = (float)sin((double)theta);
+    }
+}
+
+dsq_status dsq_rope_table(dsq_rope *r, int n_pos)
+{
+    const int half = r->head_dim / 2;
+    float *t = n_pos > 0 ? malloc((size_t)n_pos * 2 * (size_t)half * sizeof *t) : NULL;
+    if (n_pos > 0 && !t) return dsq_fail(DSQ_ERR_NOMEM, "rope: out of memory for the angles of %d positions", n_pos);
+#pragma omp parallel for schedule(static) num_threads(dsq_cpu_threads())
+    for (int p = 0; p < n_pos; p++) angles(r, p, t + (size_t)p * 2 * half, t + (size_t)p * 2 * half + half);
+    free(r->table);
+    r->table = t;
+    r->table_pos = n_pos;
+    return DSQ_OK;
 }
 
 static void rotate_head(const dsq_rope *r, float *x, const float *c, const float *s)
@@ -116,12 +142,15 @@ void dsq_cpu_rope(const dsq_rope *r, float *x, int n_tok, int n_heads, int64_t r
 #pragma omp parallel for schedule(static) num_threads(dsq_cpu_threads()) if (n_tok > 16)
     for (int t = 0; t < n_tok; t++) {
         float c[MAX_HEAD_DIM / 2], s[MAX_HEAD_DIM / 2];
-        float pos = (float)(pos0 + t);
-        for (int i = 0; i < half; i++) {
-            float theta = pos * r->inv_freq[i]; /* one float product, as torch's freqs */
-            c[i] = (float)cos((double)theta) * r->mscale;
-            s[i] = (float)sin((double)theta) * r->mscale;
+        const int pos = pos0 + t;
+        if (pos < r->table_pos) {
+            memcpy(c, r->table + (size_t)pos * 2 * half, (size_t)half * sizeof *c);
+            memcpy(s, r->table + (size_t)pos * 2 * half + half, (size_t)half * sizeof *s);
+        } else {
+            angles(r, pos, c, s);
         }
-        for (int h = 0; h < n_heads; h++) rotate_head(r, x + (int64_t)t * row_stride + (int64_t)h * r->head_stride, c, s);
+        for (int i = 0; i < half; i++) c[i] *= r->mscale, s[i] *= r->mscale;
+        for (int h = 0; h < n_heads; h++)
+            rotate_head(r, x + (int64_t)t * row_stride + (int64_t)h * r->head_stride, c, s);
     }
 }
