@@ -430,7 +430,7 @@ static dsq_status awq_alloc(awq_st *a, dsq_seq_layer *s, dsq_seq_runner *r)
         int first = dsq_seq_group_first(s, g);
         if (first < 0) continue; /* a group this layer lacks, or of routed experts only */
         int64_t in = dsq_seq_lin_in(s, first);
-        if (!(a->X[g] = malloc((size_t)a->all_tok * (size_t)in * sizeof(float))))
+        if (!(a->X[g] = dsq_bigbuf_alloc((size_t)a->all_tok * (size_t)in * sizeof(float))))
             return dsq_fail(DSQ_ERR_NOMEM, "awq layer %d: out of memory for the captured inputs of %lld tokens", s->l,
                             (long long)a->all_tok);
         if (s->d->groups[g].tail && in > txw) txw = in;
@@ -446,7 +446,7 @@ static dsq_status awq_alloc(awq_st *a, dsq_seq_layer *s, dsq_seq_runner *r)
         if (!(a->imp = malloc((size_t)(widest ? widest : 1) * sizeof(float))))
             return dsq_fail(DSQ_ERR_NOMEM, "awq layer %d: out of memory", s->l);
     }
-    a->yref = malloc(nt * (size_t)s->m->dim * sizeof(float));
+    a->yref = dsq_bigbuf_alloc(nt * (size_t)s->m->dim * sizeof(float));
     a->y = malloc(yt * (size_t)s->m->dim * sizeof(float));
     a->tx = malloc(pt * (size_t)txw * sizeof(float));
     a->work = malloc(((size_t)work ? (size_t)work : 1) * sizeof(float));
