@@ -56,6 +56,14 @@ double dsq_vec_sq_diff(int64_t n, const float *a, const float *b)
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+double dsq_vec_dot_f64(int64_t n, const float *a, const float *b)
+{
+    if (dsq_cpu_use_avx2()) return dsq_vec_dot_f64_avx2(n, a, b);
+    double acc[8] = {0};
+    for (int64_t i = 0; i < n; i++) acc[i % 8] += (double)a[i] * (double)b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
 float dsq_vec_max(int64_t n, const float *x)
 {
     if (dsq_cpu_use_avx2()) return dsq_vec_max_avx2(n, x);

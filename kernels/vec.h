@@ -16,6 +16,8 @@ void dsq_vec_scale(int64_t n, float a, float *y);
 /* sum (a[i] - b[i])^2 in double, in 8 lanes (lane i % 8, summed pairwise
  * at the end): the same bits on every path (no FMA). */
 double dsq_vec_sq_diff(int64_t n, const float *a, const float *b);
+/* sum a[i] * b[i] in double, in the same 8 lanes: the same bits on every path. */
+double dsq_vec_dot_f64(int64_t n, const float *a, const float *b);
 /* The largest x[i] (NaNs skipped; -inf for n 0): the same value on every path. */
 float dsq_vec_max(int64_t n, const float *x);
 
@@ -37,6 +39,7 @@ void dsq_vec_axpy_avx2(int64_t n, float a, const float *x, float *y);
 float dsq_vec_exp_sum_avx2(int64_t n, float *x, float shift);
 float dsq_vec_max_avx2(int64_t n, const float *x);
 double dsq_vec_sq_diff_avx2(int64_t n, const float *a, const float *b);
+double dsq_vec_dot_f64_avx2(int64_t n, const float *a, const float *b);
 void dsq_vec_swiglu_avx2(int64_t n, const float *gate, const float *up, float *out);
 
 #endif

@@ -127,6 +127,24 @@ double dsq_vec_sq_diff_avx2(int64_t n, const float *a, const float *b)
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+double dsq_vec_dot_f64_avx2(int64_t n, const float *a, const float *b)
+{
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd(); /* lanes 0-3, 4-7 */
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 va = _mm256_loadu_ps(a + i), vb = _mm256_loadu_ps(b + i);
+        lo = _mm256_add_pd(lo, _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(va)),
+                                             _mm256_cvtps_pd(_mm256_castps256_ps128(vb))));
+        hi = _mm256_add_pd(hi, _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(va, 1)),
+                                             _mm256_cvtps_pd(_mm256_extractf128_ps(vb, 1))));
+    }
+    double acc[8];
+    _mm256_storeu_pd(acc, lo);
+    _mm256_storeu_pd(acc + 4, hi);
+    for (; i < n; i++) acc[i % 8] += (double)a[i] * (double)b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
 float dsq_vec_max_avx2(int64_t n, const float *x)
 {
     /* max_ps(v, acc) keeps acc where v is NaN, as the scalar comparison does */
@@ -167,6 +185,7 @@ void dsq_vec_axpy_avx2(int64_t n, float a, const float *x, float *y) {}
 float dsq_vec_exp_sum_avx2(int64_t n, float *x, float shift) { return 0.0f; }
 float dsq_vec_max_avx2(int64_t n, const float *x) { return 0.0f; }
 double dsq_vec_sq_diff_avx2(int64_t n, const float *a, const float *b) { return 0.0; }
+double dsq_vec_dot_f64_avx2(int64_t n, const float *a, const float *b) { return 0.0; }
 void dsq_vec_swiglu_avx2(int64_t n, const float *gate, const float *up, float *out) {}
 
 #endif

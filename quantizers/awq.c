@@ -11,7 +11,8 @@
 
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"             /* d G in the quadratic-form loss */
-#include "kernels/gemm_bf16.h"        /* the same in BF16 passes */
+#include "kernels/gemm_bf16.h"
+#include "kernels/vec.h"        /* the same in BF16 passes */
 #include "quantizers/intq_internal.h" /* a group's min and max */
 #include "quantizers/intq_search.h"
 #include "quantizers/qtypes.h"
@@ -236,7 +237,7 @@ dsq_status dsq_awq_quad_loss(const float *w, const float *wq, int64_t rows, int6
                 } else {
                     dsq_gemm_f32(DSQ_GEMM_BN, nr, cols, cols, d, cols, G, cols, t, cols, false, gs);
                 }
-                for (int64_t i = 0; i < nr * cols; i++) total += (double)t[i] * (double)d[i];
+                total += dsq_vec_dot_f64(nr * cols, t, d);
             }
         }
         free(d);

@@ -324,8 +324,9 @@ static void test_vec_max(void **state)
     dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
 }
 
-/* The sum of squared differences: the same bits on both paths, every tail
- * length, and within rounding of the plain double sum. */
+/* The sums of squared differences and of products in double lanes: the
+ * same bits on both paths, every tail length, and within rounding of the
+ * plain double sums. */
 static void test_vec_sq_diff(void **state)
 {
     (void)state;
@@ -339,6 +340,14 @@ static void test_vec_sq_diff(void **state)
         double got = dsq_vec_sq_diff(n, a, b);
         if (memcmp(&ref, &got, sizeof ref)) fail_msg("n %d: %.17g vs the scalar lanes' %.17g", n, got, ref);
         if (!(fabs(got - want) <= 1e-13 * want)) fail_msg("n %d: %.17g vs %.17g", n, got, want);
+        double dot = 0;
+        for (int i = 0; i < n; i++) dot += (double)a[i] * b[i];
+        dsq_cpu_set_isa(DSQ_CPU_ISA_SCALAR);
+        ref = dsq_vec_dot_f64(n, a, b);
+        dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+        got = dsq_vec_dot_f64(n, a, b);
+        if (memcmp(&ref, &got, sizeof ref)) fail_msg("dot n %d: %.17g vs the scalar lanes' %.17g", n, got, ref);
+        if (!(fabs(got - dot) <= 1e-13 * (fabs(dot) + 1))) fail_msg("dot n %d: %.17g vs %.17g", n, got, dot);
     }
     free(a), free(b);
 }
