@@ -161,10 +161,18 @@ static dsq_status half_part(awq_st *a, awq_group *gr, int p, float *y, int64_t *
     return dsq_ctx_matmul(c, &s->m->layers[s->l].lin[tail], a->tx, y, nw * a->r->seqlen);
 }
 
-/* The half's output on every loss part into yref (the float reference). */
+/* The half's output on every loss part into yref (the float reference):
+ * the tail linear on its input captured by the float pass (the same numbers
+ * as running the half again), else the half on every part. */
 static dsq_status half_reference(awq_st *a, awq_group *gr)
 {
     if (gr->experts) return moe_output(a, gr, a->yref);
+    dsq_seq_layer *s = a->s;
+    const int tg = half_tail_group(s->d, s->d->groups[gr->g].half);
+    if (tg >= 0 && a->X[tg]) {
+        const dsq_linear *tail = &s->m->layers[s->l].lin[dsq_block_group_first(s->d, tg)];
+        return dsq_ctx_matmul(a->r->ctx, tail, a->X[tg], a->yref, (int)a->nt);
+    }
     dsq_status st = dsq_seq_pack_linears(a->r, a->s->l, a->s->d->groups[gr->g].half, NULL);
     int64_t t0;
     for (int p = 0; p < a->n_parts && st == DSQ_OK; p++) {
