@@ -19,9 +19,10 @@
  * Clip search, per (row, group) of one linear: shrink t = amax * (1 - i/n_grid)
  * for i < max_shrink * n_grid, error = mean over sampled tokens of
  * (x_g . Q(clamp(w_g, -t, t)) - x_g . w_g)^2; tokens sampled with stride
- * max(1, n_tok / n_sample_token). It runs on the group search that RTN and
- * GPTQ use (dsq_intq_search_grid, quantizers/intq_search.h), with this grid
- * and the group's Gram matrix as its objective. */
+ * max(1, n_tok / n_sample_token). The error is d^T G d with the group's
+ * Gram matrix, for 64 rows at a time through one F32 GEMM per candidate; the
+ * group search that RTN and GPTQ use (dsq_intq_search_grid) with the same
+ * grid and the Gram objective is its per-group reference (tests/test_awq.c). */
 #ifndef DSQ_QUANTIZERS_AWQ_H
 #define DSQ_QUANTIZERS_AWQ_H
 

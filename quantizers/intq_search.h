@@ -56,7 +56,8 @@ float dsq_intq_search_ratio(const float *w, int64_t n, const float *imp, const d
  * gram set, d^T G d for d the group's dequantization error and G the n x n
  * Gram matrix of the group's input columns over calibration tokens (the
  * mean squared error of the group's output contribution: AWQ's clip
- * objective, quantizers/awq.c). */
+ * objective; quantizers/awq.c batches it over rows, and tests hold the batch
+ * to this per-group form). */
 typedef struct dsq_intq_objective {
     const float *imp;  /* per-value weights, NULL for 1 (elementwise) */
     float norm;        /* the error exponent (elementwise) */
@@ -73,8 +74,8 @@ float dsq_intq_grid_ratio(int k, int steps);
  * that ratio; returns the ratio of least E (ties keep the wider range) and
  * E there in *err (may be NULL). scratch: n floats, used by the Gram
  * objective only (NULL otherwise). dsq_intq_search_ratio is this on the
- * --grid table's row; AWQ's clip step is this with AutoAWQ's grid (ratios
- * 1 .. 0.55 in 0.05 steps) and the Gram objective. */
+ * --grid table's row; with AutoAWQ's grid (ratios 1 .. 0.55 in 0.05 steps)
+ * and the Gram objective it is the reference of AWQ's clip step. */
 float dsq_intq_search_grid(const float *w, int64_t n, const dsq_intq_params *p, float clip, int n_ratios, int steps,
                            const dsq_intq_objective *obj, float *scratch, double *err);
 

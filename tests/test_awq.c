@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "quantizers/awq.h"
+#include "quantizers/intq_search.h"
 #include "quantizers/qtypes.h"
 #include "tests/helpers/testutil.h"
 
@@ -346,6 +347,30 @@ static void test_clip(void **state)
             if (one[g] != mv2[r * ng + g])
                 fail_msg("row %d group %d: %g in tiles, %g alone", r, g, mv2[r * ng + g], one[g]);
     }
+    /* the per-group search with the Gram objective (the reference the
+     * batch replaces) picks the same thresholds: G from all 96 tokens here */
+    float G[32 * 32], dbuf[32];
+    int same = 0, total = 0;
+    for (int g = 0; g < ng; g++) {
+        for (int i = 0; i < 32; i++)
+            for (int j = 0; j < 32; j++) {
+                float acc = 0.0f;
+                for (int t = 0; t < NTOK; t++) acc += x[t * COLS + g * 32 + i] * x[t * COLS + g * 32 + j];
+                G[i * 32 + j] = acc / (float)NTOK;
+            }
+        const dsq_intq_objective obj = {NULL, 2.0f, G};
+        for (int r = 0; r < 150; r++) {
+            const float *wg = w2 + r * COLS + g * 32;
+            float amax = 0;
+            for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(wg[k]));
+            const float ratio = dsq_intq_search_grid(wg, 32, &o.q, 1.0f, 10, 20, &obj, dbuf, NULL);
+            same += amax * ratio == mv2[r * ng + g];
+            total++;
+        }
+    }
+    print_message("clip: %d of %d thresholds as the per-group Gram search's\n", same, total);
+    if (same < total - total / 100)
+        fail_msg("clip: only %d of %d thresholds agree with the per-group search", same, total);
     w2[149 * COLS + 3] = NAN;
     assert_int_equal(dsq_awq_search_clip(w2, 150, COLS, x, NTOK, &o, mv2), DSQ_ERR_NUMERIC);
     free(w2), free(mv2);
