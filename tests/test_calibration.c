@@ -285,6 +285,17 @@ static double run_method(const char *path, const dsq_method *method, int bits, c
     return mse;
 }
 
+/* The float model's logits on c (the reference of logit_mse). */
+static float *float_logits(const char *path, const dsq_calib_set *c)
+{
+    dsq_model *m;
+    float *ref;
+    expect_ok(dsq_model_open(path, &m));
+    logit_mse(m, c, NULL, &ref);
+    dsq_model_close(m);
+    return ref;
+}
+
 /* AWQ's grid search in loss parts: every point on every part, stopped once
  * past the best whole loss, picks exactly what one whole-loss part picks
  * (identical logits); screened to 4 finalists it stays near that and below
@@ -295,11 +306,7 @@ static void test_awq_parts(void **state)
     char *dir = dsq_test_mkdtemp();
     char *path = tiny_model(dir);
     dsq_calib_set c = tiny_calib(16, 48, 4);
-    dsq_model *m;
-    float *ref;
-    expect_ok(dsq_model_open(path, &m));
-    logit_mse(m, &c, NULL, &ref);
-    dsq_model_close(m);
+    float *ref = float_logits(path, &c);
     dsq_seq_report r_one, r_parts, r_screen, r_rtn;
     g_awq_part_tokens = 1 << 20, g_awq_finalists = 0;
     double e_one = run_method(path, &dsq_method_awq, 3, &c, ref, &r_one);
@@ -327,11 +334,7 @@ static void test_driver_tiny(void **state)
     char *dir = dsq_test_mkdtemp();
     char *path = tiny_model(dir);
     dsq_calib_set c = tiny_calib(8, 48, 1);
-    dsq_model *m;
-    float *ref;
-    expect_ok(dsq_model_open(path, &m));
-    logit_mse(m, &c, NULL, &ref);
-    dsq_model_close(m);
+    float *ref = float_logits(path, &c);
     dsq_seq_report r_rtn, r_awq, r_gptq;
     double e_rtn = run_method(path, &dsq_method_rtn, 3, &c, ref, &r_rtn);
     double e_awq = run_method(path, &dsq_method_awq, 3, &c, ref, &r_awq);
@@ -344,10 +347,7 @@ static void test_driver_tiny(void **state)
     /* Two more calibration draws: GPTQ's lead on its own windows is no luck of one. */
     for (uint64_t seed = 2; seed <= 3; seed++) {
         dsq_calib_set c2 = tiny_calib(8, 48, seed);
-        float *ref2;
-        expect_ok(dsq_model_open(path, &m));
-        logit_mse(m, &c2, NULL, &ref2);
-        dsq_model_close(m);
+        float *ref2 = float_logits(path, &c2);
         double er = run_method(path, &dsq_method_rtn, 3, &c2, ref2, &r_rtn);
         double eg = run_method(path, &dsq_method_gptq, 3, &c2, ref2, &r_gptq);
         print_message("calibration seed %d: logit MSE rtn %.5g gptq %.5g\n", (int)seed, er, eg);
