@@ -11,8 +11,8 @@
 
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"             /* d G in the quadratic-form loss */
-#include "kernels/gemm_bf16.h"
-#include "kernels/vec.h"        /* the same in BF16 passes */
+#include "kernels/gemm_bf16.h"        /* the same in BF16 passes */
+#include "kernels/vec.h"              /* its double sum */
 #include "quantizers/intq_internal.h" /* a group's min and max */
 #include "quantizers/intq_search.h"
 #include "quantizers/qtypes.h"
@@ -105,7 +105,6 @@ void dsq_awq_ratio_scales(const float *x_mean, const float *w_mean, int64_t cols
     }
 }
 
-/* Q of one group (n values at g, already scaled), dequantized into out. */
 dsq_status dsq_awq_fake_quant(const float *w, int64_t rows, int64_t cols, const float *s, const dsq_intq_params *p,
                               float *out)
 {
