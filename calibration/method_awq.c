@@ -163,25 +163,17 @@ static dsq_status half_part(awq_st *a, awq_group *gr, int p, float *y, int64_t *
 
 /* The half's output on every loss part into yref (the float reference):
  * the tail linear on its input captured by the float pass (the same numbers
- * as running the half again), else the half on every part. */
+ * as running the half again). */
 static dsq_status half_reference(awq_st *a, awq_group *gr)
 {
     if (gr->experts) return moe_output(a, gr, a->yref);
     dsq_seq_layer *s = a->s;
     const int tg = half_tail_group(s->d, s->d->groups[gr->g].half);
-    if (tg >= 0 && a->X[tg]) {
-        const dsq_linear *tail = &s->m->layers[s->l].lin[dsq_block_group_first(s->d, tg)];
-        return dsq_ctx_matmul(a->r->ctx, tail, a->X[tg], a->yref, (int)a->nt);
-    }
-    dsq_status st = dsq_seq_pack_linears(a->r, a->s->l, a->s->d->groups[gr->g].half, NULL);
-    int64_t t0;
-    for (int p = 0; p < a->n_parts && st == DSQ_OK; p++) {
-        st = half_part(a, gr, p, a->y, &t0);
-        if (st == DSQ_OK)
-            memcpy(a->yref + t0 * a->s->m->dim, a->y, (size_t)(part_tokens(a, p) * a->s->m->dim) * sizeof(float));
-    }
-    dsq_seq_unpack_linears(a->r, a->s->l);
-    return st;
+    if (tg < 0 || !a->X[tg]) /* every block's halves end in a captured linear; a new one must too */
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "awq layer %d: the %s group's half has no captured tail linear", s->l,
+                        s->d->groups[gr->g].name);
+    const dsq_linear *tail = &s->m->layers[s->l].lin[dsq_block_group_first(s->d, tg)];
+    return dsq_ctx_matmul(a->r->ctx, tail, a->X[tg], a->yref, (int)a->nt);
 }
 
 /* Loss parts [p0, p1) of the half's output against yref, each its share of
