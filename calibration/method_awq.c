@@ -41,17 +41,31 @@
 typedef struct awq_st {
     dsq_seq_layer *s;
     dsq_seq_runner *r;
+    const dsq_seq_hooks *h;               /* the running capture pass's hooks (its row0) */
     int n_loss;                           /* samples in the loss */
     int64_t nt;                           /* tokens in the loss */
     int part_win, n_parts;                /* the loss in parts of part_win samples */
     int64_t parts_run;                    /* loss parts computed (the log's screening figure) */
     int64_t all_tok;                      /* tokens captured */
-    float *X[DSQ_BLOCK_MAX_GROUPS];       /* each group's captured input, all tokens */
+    int first[DSQ_BLOCK_MAX_GROUPS];      /* each group's first linear in this layer, or -1 */
+    bool searched[DSQ_BLOCK_MAX_GROUPS];  /* the group's scales are searched */
+    /* What one half's capture pass keeps: its inputs stream into statistics,
+     * so only a half's loss inputs are held for every token, not every group's. */
+    float *X[DSQ_BLOCK_MAX_GROUPS];      /* the half's first group: its input on the loss tokens (in xin);
+                                            a direct-loss group: its input on all tokens */
+    bool direct[DSQ_BLOCK_MAX_GROUPS];   /* single-linear loss from the tokens (fewer than the columns) */
+    double *xabs[DSQ_BLOCK_MAX_GROUPS];  /* sum over tokens of |x| per column (x_mean) */
+    dsq_hessian H[DSQ_BLOCK_MAX_GROUPS]; /* single-linear loss: x^T x (h NULL: none) */
+    double *sqs[DSQ_BLOCK_MAX_GROUPS];   /* GGUF blocks: sum over tokens of x^2 per column */
+    float *xs[DSQ_BLOCK_MAX_GROUPS];     /* the clip search's sampled rows (scaled with the group) */
+    int64_t clip_step, n_clip;           /* their stride over all tokens, their count */
+    int tail;                            /* the linear whose float output the pass keeps in yref, or -1 */
+    float *xin;                          /* [nt x widest half input] */
     float *backup[DSQ_BLOCK_MAX_LINEARS]; /* unmodified weights during a search */
     float *yref, *y, *tx, *work;          /* loss buffers: yref all nt tokens, the rest a part's */
     dsq_seq_moe_eval moe;                 /* MoE layers: the MLP on the loss rows */
-    /* GGUF blocks: mean x^2 of each group's captured input before any
-     * scaling, the scales each group took, a column buffer */
+    /* GGUF blocks: mean x^2 of each group's input before any scaling, the
+     * scales each group took, a column buffer */
     float *xsq[DSQ_BLOCK_MAX_GROUPS];
     const float *gsc[DSQ_BLOCK_MAX_GROUPS];
     float *imp;
@@ -66,7 +80,6 @@ typedef struct awq_group {
     const float *cur; /* the candidate scales a loss is computed for (NULL: float) */
     float *G;         /* single-linear loss: x^T x / n of the input over all tokens */
     uint16_t *Gp;     /* G packed for BF16 products (NULL: F32 products) */
-    bool direct;      /* single-linear loss from the tokens (fewer than the columns) */
 } awq_group;
 
 #define LOSS_PART_TOKENS 512 /* tokens per loss part: the products' best shape here, small buffers */
@@ -161,19 +174,12 @@ static dsq_status half_part(awq_st *a, awq_group *gr, int p, float *y, int64_t *
     return dsq_ctx_matmul(c, &s->m->layers[s->l].lin[tail], a->tx, y, nw * a->r->seqlen);
 }
 
-/* The half's output on every loss part into yref (the float reference):
- * the tail linear on its input captured by the float pass (the same numbers
- * as running the half again). */
+/* The half's float output on every loss token into yref: the MoE MLP's,
+ * computed here; a dense half's, kept by the capture pass (its tail linear
+ * on the input it was given: the same numbers as running the half again). */
 static dsq_status half_reference(awq_st *a, awq_group *gr)
 {
-    if (gr->experts) return moe_output(a, gr, a->yref);
-    dsq_seq_layer *s = a->s;
-    const int tg = half_tail_group(s->d, s->d->groups[gr->g].half);
-    if (tg < 0 || !a->X[tg]) /* every block's halves end in a captured linear; a new one must too */
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, "awq layer %d: the %s group's half has no captured tail linear", s->l,
-                        s->d->groups[gr->g].name);
-    const dsq_linear *tail = &s->m->layers[s->l].lin[dsq_block_group_first(s->d, tg)];
-    return dsq_ctx_matmul(a->r->ctx, tail, a->X[tg], a->yref, (int)a->nt);
+    return gr->experts ? moe_output(a, gr, a->yref) : DSQ_OK;
 }
 
 /* Loss parts [p0, p1) of the half's output against yref, each its share of
@@ -237,7 +243,7 @@ static dsq_status group_loss(void *user, const float *sc, int p0, int p1, double
     }
     double l = 0.0;
     const int id = gr->ids[0];
-    if (gr->direct)
+    if (a->direct[gr->g])
         DSQ_TRY(dsq_awq_direct_loss(a->backup[id], s->w[id], dsq_seq_lin_out(s, id), gr->cols, a->X[gr->g], a->all_tok,
                                     &l));
     else if (gr->G)
@@ -252,15 +258,13 @@ static dsq_status group_loss(void *user, const float *sc, int p0, int p1, double
     return DSQ_OK;
 }
 
-/* *G = x^T x / n of n rows of x [n x cols]; bf16: also *Gp, G packed for
- * BF16 products (else NULL). */
-static dsq_status gram(const float *x, int64_t n, int64_t cols, bool bf16, float **G, uint16_t **Gp)
+/* *G = x^T x / n from H, the sums of x^T x (freed here); bf16: also *Gp, G
+ * packed for BF16 products (else NULL). */
+static dsq_status gram_finish(dsq_hessian *Hp, int64_t cols, bool bf16, float **G, uint16_t **Gp)
 {
-    dsq_hessian H;
-    DSQ_TRY(dsq_hessian_init(&H, cols));
-    H.bf16 = bf16;
-    dsq_status st = dsq_hessian_add(&H, x, n);
-    if (st == DSQ_OK) st = dsq_hessian_finalize(&H); /* 2/n x^T x */
+    dsq_hessian H = *Hp;
+    memset(Hp, 0, sizeof *Hp);
+    dsq_status st = dsq_hessian_finalize(&H); /* 2/n x^T x */
     if (st == DSQ_OK && !(*G = malloc((size_t)(cols * cols) * sizeof **G)))
         st = dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory for a %lld x %lld input Gram matrix", (long long)cols,
                       (long long)cols);
@@ -271,6 +275,20 @@ static dsq_status gram(const float *x, int64_t n, int64_t cols, bool bf16, float
         st = dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory for a %lld x %lld input Gram matrix", (long long)cols,
                       (long long)cols);
     return st;
+}
+
+/* The same from n rows of x [n x cols]. */
+static dsq_status gram(const float *x, int64_t n, int64_t cols, bool bf16, float **G, uint16_t **Gp)
+{
+    dsq_hessian H;
+    DSQ_TRY(dsq_hessian_init(&H, cols));
+    H.bf16 = bf16;
+    dsq_status st = dsq_hessian_add(&H, x, n);
+    if (st != DSQ_OK) {
+        dsq_hessian_free(&H);
+        return st;
+    }
+    return gram_finish(&H, cols, bf16, G, Gp);
 }
 
 /* w_mean's part from one routed expert's members of the group. */
@@ -341,13 +359,11 @@ static dsq_status search_group(awq_group *gr, float *best_s, dsq_seq_report *rep
     dsq_status st = xm && wm ? DSQ_OK : dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
     if (st == DSQ_OK && gr->experts && !a->moe.b) st = dsq_seq_moe_eval_init(&a->moe, s, a->r, a->X[gr->g], a->nt);
     if (st == DSQ_OK) {
-        dsq_awq_x_mean(a->X[gr->g], a->all_tok, cols, xm);
+        dsq_awq_x_mean_finish(a->xabs[gr->g], a->all_tok, cols, xm);
         st = group_w_mean(gr, wm);
     }
     gr->cur = NULL;
-    gr->direct = !s->d->groups[gr->g].loss_half && a->all_tok < cols;
-    if (st == DSQ_OK && !s->d->groups[gr->g].loss_half && !gr->direct)
-        st = gram(a->X[gr->g], a->all_tok, cols, s->o->bf16, &gr->G, &gr->Gp);
+    if (st == DSQ_OK && a->H[gr->g].h) st = gram_finish(&a->H[gr->g], cols, s->o->bf16, &gr->G, &gr->Gp);
     else if (st == DSQ_OK)
         st = half_reference(a, gr);
     if (st == DSQ_OK) st = backup_weights(gr);
@@ -375,12 +391,12 @@ static dsq_status search_group(awq_group *gr, float *best_s, dsq_seq_report *rep
     return st;
 }
 
-/* Folds the scales (fold.c); the captured input follows. */
+/* Folds the scales (fold.c); the clip search's rows follow. */
 static dsq_status apply_group(awq_group *gr, const float *sc)
 {
     awq_st *a = gr->a;
     DSQ_TRY(dsq_seq_fold_scales(a->s, gr->g, sc, gr->cols));
-    dsq_awq_div_cols(a->X[gr->g], a->all_tok, gr->cols, sc);
+    if (a->xs[gr->g]) dsq_awq_div_cols(a->xs[gr->g], a->n_clip, gr->cols, sc);
     a->gsc[gr->g] = sc;
     return DSQ_OK;
 }
@@ -397,13 +413,14 @@ static int build_groups(awq_st *a, awq_group *out)
         gr.a = a;
         gr.g = g;
         const dsq_seq_layer *s = a->s;
-        int first = dsq_seq_group_first(s, g);
-        if (!a->X[g] || first < 0) continue;
+        int first = a->first[g];
+        if (first < 0) continue;
         gr.cols = dsq_seq_lin_in(s, first);
         if (!dsq_seq_group_quantizable(s, g) || !dsq_seq_group_foldable(s, g, gr.cols)) continue;
         for (int id = 0; id < s->d->n_linears; id++)
             if (s->d->linears[id].group == g && s->ok[id]) gr.ids[gr.n++] = id;
         gr.experts = dsq_seq_group_has_experts(s, g);
+        a->searched[g] = true;
         out[n++] = gr;
     }
     return n;
@@ -414,10 +431,13 @@ static dsq_status awq_alloc(awq_st *a, dsq_seq_layer *s, dsq_seq_runner *r)
     memset(a, 0, sizeof *a);
     a->s = s;
     a->r = r;
+    a->tail = -1;
     a->n_loss =
         s->o->awq_loss_samples > 0 && s->o->awq_loss_samples < r->n_samples ? s->o->awq_loss_samples : r->n_samples;
     a->nt = (int64_t)a->n_loss * r->seqlen;
     a->all_tok = (int64_t)r->n_samples * r->seqlen;
+    a->clip_step = dsq_awq_clip_step(a->all_tok, &s->o->awq);
+    a->n_clip = (a->all_tok + a->clip_step - 1) / a->clip_step;
     const int part_tok = s->o->awq_part_tokens > 0 ? s->o->awq_part_tokens : LOSS_PART_TOKENS;
     a->part_win = r->seqlen >= part_tok ? 1 : part_tok / r->seqlen;
     if (a->part_win > a->n_loss) a->part_win = a->n_loss;
@@ -425,15 +445,14 @@ static dsq_status awq_alloc(awq_st *a, dsq_seq_layer *s, dsq_seq_runner *r)
     size_t nt = (size_t)a->nt, pt = (size_t)a->part_win * (size_t)r->seqlen;
     /* MoE layers: the MLP's loss is one part of every loss token */
     size_t yt = dsq_arch_layer_is_moe(&s->m->arch, s->l) ? nt : pt;
-    int64_t txw = 0, work = 0;
+    int64_t txw = 0, work = 0, xin = 0;
     for (int g = 0; g < s->d->n_groups; g++) {
-        int first = dsq_seq_group_first(s, g);
-        if (first < 0) continue; /* a group this layer lacks, or of routed experts only */
+        /* -1: a group this layer lacks, or of routed experts only */
+        int first = a->first[g] = dsq_seq_group_first(s, g);
+        if (first < 0) continue;
         int64_t in = dsq_seq_lin_in(s, first);
-        if (!(a->X[g] = dsq_bigbuf_alloc((size_t)a->all_tok * (size_t)in * sizeof(float))))
-            return dsq_fail(DSQ_ERR_NOMEM, "awq layer %d: out of memory for the captured inputs of %lld tokens", s->l,
-                            (long long)a->all_tok);
         if (s->d->groups[g].tail && in > txw) txw = in;
+        if (g == half_first_group(s->d, s->d->groups[g].half) && in > xin) xin = in;
     }
     for (int h = 0; h < s->d->n_halves; h++) {
         int64_t w = dsq_forward_tail_work(r->ctx, h, (int64_t)pt);
@@ -446,59 +465,181 @@ static dsq_status awq_alloc(awq_st *a, dsq_seq_layer *s, dsq_seq_runner *r)
         if (!(a->imp = malloc((size_t)(widest ? widest : 1) * sizeof(float))))
             return dsq_fail(DSQ_ERR_NOMEM, "awq layer %d: out of memory", s->l);
     }
+    a->xin = dsq_bigbuf_alloc(nt * (size_t)(xin ? xin : 1) * sizeof(float));
     a->yref = dsq_bigbuf_alloc(nt * (size_t)s->m->dim * sizeof(float));
     a->y = malloc(yt * (size_t)s->m->dim * sizeof(float));
     a->tx = malloc(pt * (size_t)txw * sizeof(float));
     a->work = malloc(((size_t)work ? (size_t)work : 1) * sizeof(float));
-    if (!a->yref || !a->y || !a->tx || !a->work)
+    if (!a->xin || !a->yref || !a->y || !a->tx || !a->work)
         return dsq_fail(DSQ_ERR_NOMEM, "awq layer %d: out of memory for the loss buffers of %zu tokens", s->l, nt);
     return DSQ_OK;
 }
 
+/* What a half's pass kept for its searches (the clip rows and GGUF
+ * statistics stay for the layer's end). */
+static void free_half(awq_st *a)
+{
+    for (int g = 0; g < DSQ_BLOCK_MAX_GROUPS; g++) {
+        if (a->direct[g]) free(a->X[g]);
+        a->X[g] = NULL;
+        a->direct[g] = false;
+        free(a->xabs[g]);
+        a->xabs[g] = NULL;
+        dsq_hessian_free(&a->H[g]);
+    }
+    dsq_seq_moe_eval_free(&a->moe);
+    a->tail = -1;
+}
+
 static void awq_free(awq_st *a)
 {
-    for (int g = 0; g < DSQ_BLOCK_MAX_GROUPS; g++) free(a->X[g]), free(a->xsq[g]);
+    free_half(a);
+    for (int g = 0; g < DSQ_BLOCK_MAX_GROUPS; g++) free(a->xsq[g]), free(a->sqs[g]), free(a->xs[g]);
     free(a->imp);
-    dsq_seq_moe_eval_free(&a->moe);
+    free(a->xin);
     free(a->yref);
     free(a->y);
     free(a->tx);
     free(a->work);
 }
 
+/* The capture pass's own hook, after the runner's: each group's statistics
+ * from its first linear's input, streamed, and on the loss tokens the tail's
+ * float output. */
+static dsq_status stream_hook(void *user, int layer, int which, int expert, const float *x, int n_tok, int64_t in)
+{
+    (void)layer, (void)expert; /* the runner passes no routed expert on */
+    awq_st *a = user;
+    const int64_t row0 = a->h->row0;
+    if (which == a->tail && row0 < a->nt) {
+        int rows = a->nt - row0 < n_tok ? (int)(a->nt - row0) : n_tok;
+        DSQ_TRY(dsq_ctx_matmul(a->r->ctx, &a->s->m->layers[a->s->l].lin[which], x, a->yref + row0 * a->s->m->dim,
+                               rows));
+    }
+    const int g = a->s->d->linears[which].group;
+    if (g < 0 || a->first[g] != which) return DSQ_OK;
+    if (a->xabs[g]) dsq_awq_x_mean_add(a->xabs[g], x, n_tok, in);
+    if (a->direct[g]) memcpy(a->X[g] + row0 * in, x, (size_t)n_tok * (size_t)in * sizeof *x);
+    const int64_t step = a->clip_step;
+    for (int64_t t = (row0 + step - 1) / step * step; a->xs[g] && t < row0 + n_tok; t += step)
+        memcpy(a->xs[g] + t / step * in, x + (t - row0) * in, (size_t)in * sizeof *x);
+    return DSQ_OK;
+}
+
+/* Whether the clip search will look at group g's input. */
+static bool group_clipped(const awq_st *a, int g)
+{
+    const dsq_seq_layer *s = a->s;
+    if (s->o->gguf || !s->o->awq.clip) return false;
+    for (int id = 0; id < s->d->n_linears; id++)
+        if (s->d->linears[id].group == g && s->ok[id] && !s->d->linears[id].scores) return true;
+    return false;
+}
+
+/* Sets up what half's capture pass keeps, in h and a. */
+static dsq_status half_setup(awq_st *a, int half, dsq_seq_hooks *h)
+{
+    dsq_seq_layer *s = a->s;
+    const int l = s->l;
+    bool loss = false, experts = false;
+    for (int g = 0; g < s->d->n_groups; g++) {
+        const int first = a->first[g];
+        if (s->d->groups[g].half != half || first < 0) continue;
+        const int64_t cols = dsq_seq_lin_in(s, first);
+        if (a->searched[g] && !(a->xabs[g] = calloc((size_t)cols, sizeof(double))))
+            return dsq_fail(DSQ_ERR_NOMEM, "awq layer %d: out of memory", l);
+        if (a->searched[g] && s->d->groups[g].loss_half) {
+            loss = true;
+            experts |= dsq_seq_group_has_experts(s, g);
+        } else if (a->searched[g] && a->all_tok < cols) {
+            a->direct[g] = true;
+            if (!(a->X[g] = dsq_bigbuf_alloc((size_t)a->all_tok * (size_t)cols * sizeof(float))))
+                return dsq_fail(DSQ_ERR_NOMEM, "awq layer %d: out of memory for the %s group's input", l,
+                                s->d->groups[g].name);
+        } else if (a->searched[g]) {
+            DSQ_TRY(dsq_hessian_init(&a->H[g], cols));
+            a->H[g].bf16 = s->o->bf16;
+            h->H[first] = &a->H[g];
+        }
+        if (s->o->gguf) {
+            if (!(a->sqs[g] = calloc((size_t)cols, sizeof(double))))
+                return dsq_fail(DSQ_ERR_NOMEM, "awq layer %d: out of memory", l);
+            h->sumsq[first] = a->sqs[g];
+        }
+        if (group_clipped(a, g) && !(a->xs[g] = malloc((size_t)(a->n_clip * cols) * sizeof(float))))
+            return dsq_fail(DSQ_ERR_NOMEM, "awq layer %d: out of memory for the clip search's rows", l);
+    }
+    if (!loss) return DSQ_OK;
+    const int g0 = half_first_group(s->d, half);
+    a->X[g0] = h->cap[a->first[g0]] = a->xin;
+    h->cap_tokens = a->nt;
+    if (experts) return DSQ_OK; /* the MoE output is the reference (moe.c) */
+    const int tg = half_tail_group(s->d, half);
+    if (tg < 0 || a->first[tg] < 0) /* every block's halves end in a linear; a new one must too */
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "awq layer %d: half %d has no tail linear for its loss", l, half);
+    a->tail = a->first[tg];
+    return DSQ_OK;
+}
+
+/* GGUF blocks: mean x^2 per column of each group's input, before the scales
+ * divide it (the imatrix statistic of this calibration set). */
+static dsq_status gguf_xsq(awq_st *a, int half)
+{
+    dsq_seq_layer *s = a->s;
+    for (int g = 0; g < s->d->n_groups; g++) {
+        if (s->d->groups[g].half != half || !a->sqs[g]) continue;
+        const int64_t cols = dsq_seq_lin_in(s, a->first[g]), n = a->all_tok;
+        if (!(a->xsq[g] = malloc((size_t)cols * sizeof(float))))
+            return dsq_fail(DSQ_ERR_NOMEM, "awq layer %d: out of memory", s->l);
+        for (int64_t c = 0; c < cols; c++) a->xsq[g][c] = (float)(a->sqs[g][c] / (double)(n ? n : 1));
+    }
+    return DSQ_OK;
+}
+
+/* Half `half` of the float layer over every sample (from hin for the first,
+ * in place in hout after), its statistics streamed, then the searches of
+ * its groups on the unmodified layer. */
+static dsq_status awq_half(awq_st *a, int half, awq_group *g, int ng, float **sc, const float *hin, float *hout,
+                           dsq_seq_report *rep)
+{
+    dsq_seq_layer *s = a->s;
+    dsq_seq_hooks h;
+    dsq_seq_hooks_init(&h);
+    h.extra = stream_hook;
+    h.extra_user = a;
+    a->h = &h;
+    /* the float layer's output is the next layer's input, as in AutoAWQ; on
+     * MoE layers the pass ends at the routed experts and moe.c rebuilds it */
+    if (half > 0 && dsq_arch_layer_is_moe(&s->m->arch, s->l)) h.stop_after = dsq_block_first_expert(s->d);
+    double t0 = dsq_now_s();
+    dsq_status st = half_setup(a, half, &h);
+    if (st == DSQ_OK) st = dsq_seq_run_pass(a->r, s->l, half, half == 0 ? hin : hout, hout, a->r->n_samples, &h);
+    DSQ_LOGD("awq layer %d: float pass of half %d with statistics %.2f s", s->l, half, dsq_now_s() - t0);
+    if (st == DSQ_OK && s->o->gguf) st = gguf_xsq(a, half);
+    for (int k = 0; k < ng && st == DSQ_OK; k++) {
+        if (s->d->groups[g[k].g].half != half) continue;
+        if (!(sc[k] = malloc((size_t)g[k].cols * sizeof(float))))
+            st = dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
+        else
+            st = search_group(&g[k], sc[k], rep);
+    }
+    free_half(a);
+    a->h = NULL;
+    return st;
+}
+
 static dsq_status clip_linear(awq_st *a, int id)
 {
     dsq_seq_layer *s = a->s;
     int64_t rows = dsq_seq_lin_out(s, id), cols = dsq_seq_lin_in(s, id), ng = cols / s->o->q.group_size;
+    const float *xs = a->xs[s->d->linears[id].group];
+    if (!xs) return dsq_fail(DSQ_ERR_UNSUPPORTED, "awq layer %d: no clip rows for %s", s->l, s->d->linears[id].hf);
     float *mv = malloc((size_t)(rows * ng) * sizeof *mv);
     if (!mv) return dsq_fail(DSQ_ERR_NOMEM, "awq clip: out of memory");
-    dsq_status st =
-        dsq_awq_search_clip(s->w[id], rows, cols, a->X[s->d->linears[id].group], a->all_tok, &s->o->awq, mv);
+    dsq_status st = dsq_awq_search_clip_sampled(s->w[id], rows, cols, xs, a->n_clip, &s->o->awq, mv);
     if (st == DSQ_OK) dsq_awq_apply_clip(s->w[id], rows, cols, s->o->q.group_size, mv);
     free(mv);
     return st;
-}
-
-/* GGUF blocks: mean x^2 per column of every captured input, before the
- * scales divide it (the imatrix statistic of this calibration set). */
-static dsq_status gguf_xsq(awq_st *a)
-{
-    dsq_seq_layer *s = a->s;
-    for (int g = 0; g < s->d->n_groups; g++) {
-        int first = dsq_seq_group_first(s, g);
-        if (!a->X[g] || first < 0) continue;
-        const int64_t cols = dsq_seq_lin_in(s, first), n = a->all_tok;
-        double *acc = calloc((size_t)cols, sizeof *acc);
-        if (!acc || !(a->xsq[g] = malloc((size_t)cols * sizeof(float)))) {
-            free(acc);
-            return dsq_fail(DSQ_ERR_NOMEM, "awq layer %d: out of memory", s->l);
-        }
-        for (int64_t t = 0; t < n; t++)
-            for (int64_t c = 0; c < cols; c++) acc[c] += (double)a->X[g][t * cols + c] * a->X[g][t * cols + c];
-        for (int64_t c = 0; c < cols; c++) a->xsq[g][c] = (float)(acc[c] / (double)(n ? n : 1));
-        free(acc);
-    }
-    return DSQ_OK;
 }
 
 /* GGUF blocks: every linear of the layer in its planned type, with the
@@ -535,26 +676,11 @@ static dsq_status awq_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *hi
 {
     awq_st a;
     dsq_status st = awq_alloc(&a, s, r);
-    dsq_seq_hooks h;
-    dsq_seq_hooks_init(&h);
-    for (int g = 0; g < s->d->n_groups; g++)
-        if (a.X[g]) h.cap[dsq_seq_group_first(s, g)] = a.X[g];
-    /* the float layer's output is the next layer's input, as in AutoAWQ; on
-     * MoE layers the pass ends at the routed experts and moe.c rebuilds it */
-    if (dsq_arch_layer_is_moe(&s->m->arch, s->l)) h.stop_after = dsq_block_first_expert(s->d);
-    double t0 = dsq_now_s();
-    if (st == DSQ_OK) st = dsq_seq_run_pass(r, s->l, DSQ_SEQ_WHOLE_LAYER, hin, hout, r->n_samples, &h);
-    DSQ_LOGD("awq layer %d: float pass with captures %.2f s", s->l, dsq_now_s() - t0);
-    if (st == DSQ_OK && s->o->gguf) st = gguf_xsq(&a);
     awq_group g[DSQ_BLOCK_MAX_GROUPS];
     float *sc[DSQ_BLOCK_MAX_GROUPS] = {NULL};
     int ng = st == DSQ_OK ? build_groups(&a, g) : 0;
-    for (int k = 0; k < ng && st == DSQ_OK; k++) {
-        if (!(sc[k] = malloc((size_t)g[k].cols * sizeof(float))))
-            st = dsq_fail(DSQ_ERR_NOMEM, "awq: out of memory");
-        else
-            st = search_group(&g[k], sc[k], rep);
-    }
+    /* one half at a time: its loss inputs and reference, not the layer's, are held */
+    for (int half = 0; half < s->d->n_halves && st == DSQ_OK; half++) st = awq_half(&a, half, g, ng, sc, hin, hout, rep);
     for (int k = 0; k < ng && st == DSQ_OK; k++) st = apply_group(&g[k], sc[k]);
     double t1 = dsq_now_s();
     if (st == DSQ_OK) st = clip_and_quantize(&a);

@@ -34,6 +34,17 @@ dsq_awq_opts dsq_awq_default_opts(void)
     return o;
 }
 
+void dsq_awq_x_mean_add(double *acc, const float *x, int64_t n_tok, int64_t cols)
+{
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t c = 0; c < cols; c++) acc[c] += fabsf(x[t * cols + c]);
+}
+
+void dsq_awq_x_mean_finish(const double *acc, int64_t n_tok, int64_t cols, float *x_mean)
+{
+    for (int64_t c = 0; c < cols; c++) x_mean[c] = n_tok ? (float)(acc[c] / (double)n_tok) : 0.0f;
+}
+
 void dsq_awq_x_mean(const float *x, int64_t n_tok, int64_t cols, float *x_mean)
 {
     double *acc = calloc((size_t)cols, sizeof *acc);
@@ -45,9 +56,8 @@ void dsq_awq_x_mean(const float *x, int64_t n_tok, int64_t cols, float *x_mean)
         }
         return;
     }
-    for (int64_t t = 0; t < n_tok; t++)
-        for (int64_t c = 0; c < cols; c++) acc[c] += fabsf(x[t * cols + c]);
-    for (int64_t c = 0; c < cols; c++) x_mean[c] = n_tok ? (float)(acc[c] / (double)n_tok) : 0.0f;
+    dsq_awq_x_mean_add(acc, x, n_tok, cols);
+    dsq_awq_x_mean_finish(acc, n_tok, cols, x_mean);
     free(acc);
 }
 
@@ -476,13 +486,13 @@ static dsq_status group_grams(const float *x, int64_t nt, int64_t step, int64_t 
     return DSQ_OK;
 }
 
-dsq_status dsq_awq_search_clip(const float *w, int64_t rows, int64_t cols, const float *x, int64_t n_tok,
-                               const dsq_awq_opts *o, float *max_val)
+/* The clip search on rows 0, step, 2 step, ... of x [n_tok x cols]. */
+static dsq_status search_clip(const float *w, int64_t rows, int64_t cols, const float *x, int64_t n_tok, int64_t step,
+                              const dsq_awq_opts *o, float *max_val)
 {
     DSQ_TRY(dsq_intq_check(&o->q, cols));
     int64_t gs = o->q.group_size > 0 ? o->q.group_size : cols, ng = cols / gs;
-    int64_t ns = o->n_sample_token > 0 ? o->n_sample_token : 512;
-    int64_t step = n_tok / ns > 1 ? n_tok / ns : 1, nt = (n_tok + step - 1) / step;
+    int64_t nt = (n_tok + step - 1) / step;
     float *G = malloc((size_t)(ng * gs * gs) * sizeof *G);
     if (!G) return dsq_fail(DSQ_ERR_NOMEM, "awq clip: out of memory");
     dsq_status gst = group_grams(x, nt, step, cols, gs, G);
@@ -518,6 +528,24 @@ dsq_status dsq_awq_search_clip(const float *w, int64_t rows, int64_t cols, const
         return dsq_fail(DSQ_ERR_NUMERIC, "awq clip: non-finite weight in a %lld x %lld linear", (long long)rows,
                         (long long)cols);
     return DSQ_OK;
+}
+
+int64_t dsq_awq_clip_step(int64_t n_tok, const dsq_awq_opts *o)
+{
+    int64_t ns = o->n_sample_token > 0 ? o->n_sample_token : 512;
+    return n_tok / ns > 1 ? n_tok / ns : 1;
+}
+
+dsq_status dsq_awq_search_clip(const float *w, int64_t rows, int64_t cols, const float *x, int64_t n_tok,
+                               const dsq_awq_opts *o, float *max_val)
+{
+    return search_clip(w, rows, cols, x, n_tok, dsq_awq_clip_step(n_tok, o), o, max_val);
+}
+
+dsq_status dsq_awq_search_clip_sampled(const float *w, int64_t rows, int64_t cols, const float *xs, int64_t n_rows,
+                                       const dsq_awq_opts *o, float *max_val)
+{
+    return search_clip(w, rows, cols, xs, n_rows, 1, o, max_val);
 }
 
 void dsq_awq_apply_clip(float *w, int64_t rows, int64_t cols, int group_size, const float *max_val)

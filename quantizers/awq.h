@@ -49,6 +49,10 @@ dsq_awq_opts dsq_awq_default_opts(void);
 
 /* x_mean[c] = mean_t |x[t, c]| (double sums). */
 void dsq_awq_x_mean(const float *x, int64_t n_tok, int64_t cols, float *x_mean);
+/* The same streamed: acc [cols] (zeroed) takes each batch of rows in token
+ * order; finish divides by the n_tok rows added (the same bits as one call). */
+void dsq_awq_x_mean_add(double *acc, const float *x, int64_t n_tok, int64_t cols);
+void dsq_awq_x_mean_finish(const double *acc, int64_t n_tok, int64_t cols, float *x_mean);
 
 /* w_mean over n linears sharing cols inputs (w[j] is rows[j] x cols). */
 dsq_status dsq_awq_w_mean(const float *const *w, const int64_t *rows, int n, int64_t cols, int group_size,
@@ -137,6 +141,14 @@ void dsq_awq_div_cols(float *x, int64_t n_tok, int64_t cols, const float *s);
  * [rows x n_groups] receives the chosen threshold of each (row, group). */
 dsq_status dsq_awq_search_clip(const float *w, int64_t rows, int64_t cols, const float *x, int64_t n_tok,
                                const dsq_awq_opts *o, float *max_val);
+/* The sampling stride of the clip search over n_tok rows: it looks at rows
+ * 0, step, 2 step, ... (ceil(n_tok / step) of them). */
+int64_t dsq_awq_clip_step(int64_t n_tok, const dsq_awq_opts *o);
+/* The clip search on rows already sampled by that stride (xs [n_rows x
+ * cols]): the same result as dsq_awq_search_clip on all the rows, with
+ * memory for the sampled rows only. */
+dsq_status dsq_awq_search_clip_sampled(const float *w, int64_t rows, int64_t cols, const float *xs, int64_t n_rows,
+                                       const dsq_awq_opts *o, float *max_val);
 /* w[r, group g] clamped to [-max_val[r, g], max_val[r, g]]. */
 void dsq_awq_apply_clip(float *w, int64_t rows, int64_t cols, int group_size, const float *max_val);
 

@@ -45,12 +45,14 @@ dsq_status dsq_hessian_init(dsq_hessian *h, int64_t cols)
  * products; the diagonal blocks' lower halves are the price). */
 #define HBAND 128
 
-static dsq_status hessian_chunk(dsq_hessian *h, const float *x, int64_t t)
+/* Adds x^T x of the h->pend rows gathered in h->xr (row-major) and h->xt
+ * (transposed, leading dimension HCHUNK). */
+static dsq_status hessian_flush_f32(dsq_hessian *h)
 {
-    const int64_t n = h->cols;
-    float *xt = h->xt, *c = h->c;
-    for (int64_t i = 0; i < t; i++)
-        for (int64_t j = 0; j < n; j++) xt[j * t + i] = x[i * n + j];
+    const int64_t n = h->cols, t = h->pend;
+    if (t == 0) return DSQ_OK;
+    const float *xt = h->xt, *x = h->xr;
+    float *c = h->c;
     int64_t bands = (n + HBAND - 1) / HBAND;
     int failed = 0;
 #pragma omp parallel
@@ -65,13 +67,31 @@ static dsq_status hessian_chunk(dsq_hessian *h, const float *x, int64_t t)
             if (!gs) continue;
             int64_t i0 = b * HBAND, m = n - i0 < HBAND ? n - i0 : HBAND;
             /* rows i0.. of x^T x, columns from i0 on (the upper triangle and a little more) */
-            dsq_gemm_f32(DSQ_GEMM_BN, m, n - i0, t, xt + i0 * t, t, x + i0, n, c + i0 * n + i0, n, false, gs);
+            dsq_gemm_f32(DSQ_GEMM_BN, m, n - i0, t, xt + i0 * HCHUNK, HCHUNK, x + i0, n, c + i0 * n + i0, n, false, gs);
             for (int64_t i = i0; i < i0 + m; i++)
                 for (int64_t j = i; j < n; j++) h->h[i * n + j] += (double)c[i * n + j];
         }
         free(gs);
     }
+    h->pend = 0;
     if (failed) return dsq_fail(DSQ_ERR_NOMEM, "hessian: out of memory for GEMM scratch");
+    return DSQ_OK;
+}
+
+/* Rows gather across calls into chunks of HCHUNK, so the sums (and their
+ * bits) do not depend on how the rows were split into calls. */
+static dsq_status hessian_add_f32(dsq_hessian *h, const float *x, int64_t n_rows)
+{
+    const int64_t n = h->cols;
+    for (int64_t r = 0; r < n_rows;) {
+        int64_t take = HCHUNK - h->pend < n_rows - r ? HCHUNK - h->pend : n_rows - r;
+        for (int64_t i = 0; i < take; i++)
+            for (int64_t j = 0; j < n; j++) h->xt[j * HCHUNK + h->pend + i] = x[(r + i) * n + j];
+        memcpy(h->xr + h->pend * n, x + r * n, (size_t)(take * n) * sizeof *x);
+        h->pend += take;
+        r += take;
+        if (h->pend == HCHUNK) DSQ_TRY(hessian_flush_f32(h));
+    }
     return DSQ_OK;
 }
 
@@ -165,13 +185,12 @@ dsq_status dsq_hessian_add(dsq_hessian *h, const float *x, int64_t n_rows)
     size_t cn = h->bf16 ? (size_t)h->c_threads * (size_t)n * HCOLS : (size_t)(n * n);
     if (!h->c) h->c = dsq_bigbuf_alloc(cn * sizeof *h->c);
     if (h->bf16 && !h->xtb) h->xtb = dsq_bigbuf_alloc((size_t)(n * chunk) * sizeof *h->xtb);
+    if (!h->bf16 && !h->xr) h->xr = dsq_bigbuf_alloc((size_t)(n * chunk) * sizeof *h->xr);
     dsq_status st =
-        h->xt && h->c && (h->xtb || !h->bf16)
+        h->xt && h->c && (h->bf16 ? h->xtb != NULL : h->xr != NULL)
             ? DSQ_OK
             : dsq_fail(DSQ_ERR_NOMEM, "hessian: out of memory for [%lld x %lld]", (long long)n, (long long)n);
-    if (st == DSQ_OK && h->bf16) st = hessian_add_bf16(h, x, n_rows);
-    for (int64_t t0 = 0; st == DSQ_OK && !h->bf16 && t0 < n_rows; t0 += HCHUNK)
-        st = hessian_chunk(h, x + t0 * n, n_rows - t0 < HCHUNK ? n_rows - t0 : HCHUNK);
+    if (st == DSQ_OK) st = h->bf16 ? hessian_add_bf16(h, x, n_rows) : hessian_add_f32(h, x, n_rows);
     if (st == DSQ_OK) h->n += (uint64_t)n_rows;
     return st;
 }
@@ -180,11 +199,12 @@ dsq_status dsq_hessian_finalize(dsq_hessian *h)
 {
     if (!h || !h->h || h->final) return dsq_fail(DSQ_ERR_ARG, "hessian: not open for finalizing");
     if (h->n == 0) return dsq_fail(DSQ_ERR_ARG, "hessian: no input rows were added");
-    if (h->bf16) DSQ_TRY(hessian_flush_bf16(h));
+    DSQ_TRY(h->bf16 ? hessian_flush_bf16(h) : hessian_flush_f32(h));
     free(h->xt);
     free(h->xtb);
+    free(h->xr);
     free(h->c);
-    h->xt = h->c = NULL;
+    h->xt = h->c = h->xr = NULL;
     h->xtb = NULL;
     const int64_t n = h->cols;
     const double f = 2.0 / (double)h->n;
@@ -205,6 +225,7 @@ void dsq_hessian_free(dsq_hessian *h)
     if (!h) return;
     free(h->xt);
     free(h->xtb);
+    free(h->xr);
     free(h->c);
     free(h->h);
     memset(h, 0, sizeof *h);

@@ -48,9 +48,9 @@ typedef struct dsq_hessian {
     bool final;
     bool bf16;  /* set after init: x rounded to BF16 in the products (F32 sums), as x^T x of a BF16 model */
     /* work buffers of dsq_hessian_add, kept from call to call (one call per sample) */
-    float *xt, *c;
+    float *xt, *c, *xr;
     uint16_t *xtb;
-    int64_t pend;  /* bf16: rows waiting in xt for the next product (finalize adds them) */
+    int64_t pend;  /* rows waiting in xt (and, F32, xr) for the next product (finalize adds them) */
     int c_threads; /* bf16: threads c has a band for */
 } dsq_hessian;
 

@@ -73,6 +73,14 @@ static void test_stats(void **state)
         assert_true(fabs(xm[c] - a / NTOK) < 1e-5);
         assert_true(fabs(wm[c] - b / ROWS) < 1e-5);
     }
+    /* streamed in uneven batches: the same bits as one call */
+    double acc[COLS] = {0};
+    float xs[COLS];
+    dsq_awq_x_mean_add(acc, x, 7, COLS);
+    dsq_awq_x_mean_add(acc, x + 7 * COLS, 0, COLS);
+    dsq_awq_x_mean_add(acc, x + 7 * COLS, NTOK - 7, COLS);
+    dsq_awq_x_mean_finish(acc, NTOK, COLS, xs);
+    assert_memory_equal(xs, xm, sizeof xm);
     free(x);
     free(w);
 }
@@ -371,6 +379,20 @@ static void test_clip(void **state)
     print_message("clip: %d of %d thresholds as the per-group Gram search's\n", same, total);
     if (same < total - total / 100)
         fail_msg("clip: only %d of %d thresholds agree with the per-group search", same, total);
+    /* on rows sampled beforehand by its stride (what a streamed capture
+     * keeps): the same thresholds; 96 tokens with 40 samples: stride 2 */
+    o.n_sample_token = 40;
+    const int64_t step = dsq_awq_clip_step(NTOK, &o), ns = (NTOK + step - 1) / step;
+    assert_int_equal(step, 2);
+    float *xs = malloc((size_t)(ns * COLS) * sizeof *xs), *mv3 = malloc(150 * ng * sizeof *mv3);
+    for (int64_t t = 0; t < ns; t++) memcpy(xs + t * COLS, x + t * step * COLS, COLS * sizeof *xs);
+    expect_ok(dsq_awq_search_clip(w2, 150, COLS, x, NTOK, &o, mv2));
+    expect_ok(dsq_awq_search_clip_sampled(w2, 150, COLS, xs, ns, &o, mv3));
+    assert_memory_equal(mv2, mv3, 150 * ng * sizeof *mv3);
+    expect_ok(dsq_awq_search_clip(w2, 150, COLS, x, ns, &o, mv3)); /* the first rows are not the sample */
+    assert_true(memcmp(mv2, mv3, 150 * ng * sizeof *mv3) != 0);
+    free(xs), free(mv3);
+    o.n_sample_token = 512;
     w2[149 * COLS + 3] = NAN;
     assert_int_equal(dsq_awq_search_clip(w2, 150, COLS, x, NTOK, &o, mv2), DSQ_ERR_NUMERIC);
     free(w2), free(mv2);

@@ -103,6 +103,34 @@ static void test_hessian_accumulate(void **state)
     free(x);
 }
 
+/* Rows gather across calls: the bits of the sums do not depend on how the
+ * rows were split into calls, in either mode (AWQ streams its Gram matrices
+ * per sample and must match the one-call form). 700 rows: two whole F32
+ * chunks and a part, more columns than one band. */
+static void test_hessian_split_invariant(void **state)
+{
+    (void)state;
+    const int n = 700, cols = 150;
+    float *x = correlated_inputs(n, cols, 5);
+    static const int parts[] = {128, 1, 300, 0, 200, 71};
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        dsq_hessian one, split;
+        assert_int_equal(dsq_hessian_init(&one, cols), DSQ_OK);
+        assert_int_equal(dsq_hessian_init(&split, cols), DSQ_OK);
+        one.bf16 = split.bf16 = bf16;
+        assert_int_equal(dsq_hessian_add(&one, x, n), DSQ_OK);
+        for (int p = 0, r = 0; p < 6; r += parts[p++])
+            assert_int_equal(dsq_hessian_add(&split, x + (size_t)r * cols, parts[p]), DSQ_OK);
+        assert_int_equal(dsq_hessian_finalize(&one), DSQ_OK);
+        assert_int_equal(dsq_hessian_finalize(&split), DSQ_OK);
+        if (memcmp(one.h, split.h, (size_t)cols * cols * sizeof(double)))
+            fail_msg("%s: the Hessian depends on how its rows were split into calls", bf16 ? "bf16" : "f32");
+        dsq_hessian_free(&one);
+        dsq_hessian_free(&split);
+    }
+    free(x);
+}
+
 /* The BF16 Hessian: the exact x^T x of the BF16-rounded inputs (summed in
  * F32 per chunk), over 1301 rows added in uneven calls so rows gather across
  * calls into 1024-row chunks and the odd tail waits for finalize, with more
@@ -522,6 +550,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hessian_accumulate), cmocka_unit_test(test_hessian_bf16),
+        cmocka_unit_test(test_hessian_split_invariant),
         cmocka_unit_test(test_hinv_factor),        cmocka_unit_test(test_diagonal_equals_rtn),
         cmocka_unit_test(test_beats_rtn),          cmocka_unit_test(test_act_order_g_idx),
         cmocka_unit_test(test_dead_columns),       cmocka_unit_test(test_damping_retry_and_failure),
