@@ -50,6 +50,10 @@ typedef struct dsq_method {
     /* each INT group's range when --grid is not given (docs/algorithms.md
      * "Group grids": the best measured of the grids the method takes) */
     dsq_intq_grid default_grid;
+    /* layer may be given hout == hin (it reads hin only until it starts
+     * writing hout): the driver then keeps one hidden-state buffer resident,
+     * not two, on layers without routed experts (moe.c rebuilds hout from hin) */
+    bool in_place;
 } dsq_method;
 
 /* The row named `name`, or NULL (no message: a lookup). */

@@ -853,4 +853,5 @@ const dsq_method dsq_method_awq = {"awq",
                                    awq_layer,
                                    NULL,
                                    awq_expert,
-                                   DSQ_INTQ_GRID_MINMAX /* its clip search picks the range */};
+                                   DSQ_INTQ_GRID_MINMAX /* its clip search picks the range */,
+                                   true /* the float pass of the first half is its last read of hin */};

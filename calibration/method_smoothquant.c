@@ -355,4 +355,4 @@ static dsq_status sq_check(const dsq_seq_opts *o)
 }
 
 const dsq_method dsq_method_smoothquant = {
-    "smoothquant", DSQ_STAT_MAX_ABS, DSQ_INT_FORMAT_CT, 512, sq_check, sq_layer, sq_stats, sq_expert, DSQ_INTQ_GRID_MINMAX};
+    "smoothquant", DSQ_STAT_MAX_ABS, DSQ_INT_FORMAT_CT, 512, sq_check, sq_layer, sq_stats, sq_expert, DSQ_INTQ_GRID_MINMAX, false};

@@ -254,10 +254,14 @@ dsq_status dsq_seq_quantize(dsq_model *m, const dsq_calib_set *calib, const dsq_
     if (E && !counts && st == DSQ_OK) st = dsq_fail(DSQ_ERR_NOMEM, "out of memory");
     for (int l = 0; l < nl && st == DSQ_OK; l++) {
         double tl = dsq_now_s();
-        st = one_layer(m, l, &o, &r, ha, hb, rep, keep, counts ? counts + (size_t)l * (size_t)E : NULL);
-        float *t = ha;
-        ha = hb;
-        hb = t;
+        /* in place: the other buffer's pages are never touched on a dense model */
+        const bool in_place = o.method->in_place && !dsq_arch_layer_is_moe(&m->arch, l);
+        st = one_layer(m, l, &o, &r, ha, in_place ? ha : hb, rep, keep, counts ? counts + (size_t)l * (size_t)E : NULL);
+        if (!in_place) {
+            float *t = ha;
+            ha = hb;
+            hb = t;
+        }
         double el = dsq_now_s() - t0;
         long rss = peak_rss_kb();
         if (o.layer_rss_kb) o.layer_rss_kb[l] = rss;
