@@ -41,26 +41,26 @@
 typedef struct awq_st {
     dsq_seq_layer *s;
     dsq_seq_runner *r;
-    const dsq_seq_hooks *h;               /* the running capture pass's hooks (its row0) */
-    int n_loss;                           /* samples in the loss */
-    int64_t nt;                           /* tokens in the loss */
-    int part_win, n_parts;                /* the loss in parts of part_win samples */
-    int64_t parts_run;                    /* loss parts computed (the log's screening figure) */
-    int64_t all_tok;                      /* tokens captured */
-    int first[DSQ_BLOCK_MAX_GROUPS];      /* each group's first linear in this layer, or -1 */
-    bool searched[DSQ_BLOCK_MAX_GROUPS];  /* the group's scales are searched */
+    const dsq_seq_hooks *h;              /* the running capture pass's hooks (its row0) */
+    int n_loss;                          /* samples in the loss */
+    int64_t nt;                          /* tokens in the loss */
+    int part_win, n_parts;               /* the loss in parts of part_win samples */
+    int64_t parts_run;                   /* loss parts computed (the log's screening figure) */
+    int64_t all_tok;                     /* tokens captured */
+    int first[DSQ_BLOCK_MAX_GROUPS];     /* each group's first linear in this layer, or -1 */
+    bool searched[DSQ_BLOCK_MAX_GROUPS]; /* the group's scales are searched */
     /* What one half's capture pass keeps: its inputs stream into statistics,
      * so only a half's loss inputs are held for every token, not every group's. */
-    float *X[DSQ_BLOCK_MAX_GROUPS];      /* the half's first group: its input on the loss tokens (in xin);
-                                            a direct-loss group: its input on all tokens */
-    bool direct[DSQ_BLOCK_MAX_GROUPS];   /* single-linear loss from the tokens (fewer than the columns) */
-    double *xabs[DSQ_BLOCK_MAX_GROUPS];  /* sum over tokens of |x| per column (x_mean) */
-    dsq_hessian H[DSQ_BLOCK_MAX_GROUPS]; /* single-linear loss: x^T x (h NULL: none) */
-    double *sqs[DSQ_BLOCK_MAX_GROUPS];   /* GGUF blocks: sum over tokens of x^2 per column */
-    float *xs[DSQ_BLOCK_MAX_GROUPS];     /* the clip search's sampled rows (scaled with the group) */
-    int64_t clip_step, n_clip;           /* their stride over all tokens, their count */
-    int tail;                            /* the linear whose float output the pass keeps in yref, or -1 */
-    float *xin;                          /* [nt x widest half input] */
+    float *X[DSQ_BLOCK_MAX_GROUPS];       /* the half's first group: its input on the loss tokens (in xin);
+                                             a direct-loss group: its input on all tokens */
+    bool direct[DSQ_BLOCK_MAX_GROUPS];    /* single-linear loss from the tokens (fewer than the columns) */
+    double *xabs[DSQ_BLOCK_MAX_GROUPS];   /* sum over tokens of |x| per column (x_mean) */
+    dsq_hessian H[DSQ_BLOCK_MAX_GROUPS];  /* single-linear loss: x^T x (h NULL: none) */
+    double *sqs[DSQ_BLOCK_MAX_GROUPS];    /* GGUF blocks: sum over tokens of x^2 per column */
+    float *xs[DSQ_BLOCK_MAX_GROUPS];      /* the clip search's sampled rows (scaled with the group) */
+    int64_t clip_step, n_clip;            /* their stride over all tokens, their count */
+    int tail;                             /* the linear whose float output the pass keeps in yref, or -1 */
+    float *xin;                           /* [nt x widest half input] */
     float *backup[DSQ_BLOCK_MAX_LINEARS]; /* unmodified weights during a search */
     float *yref, *y, *tx, *work;          /* loss buffers: yref all nt tokens, the rest a part's */
     dsq_seq_moe_eval moe;                 /* MoE layers: the MLP on the loss rows */
@@ -177,10 +177,7 @@ static dsq_status half_part(awq_st *a, awq_group *gr, int p, float *y, int64_t *
 /* The half's float output on every loss token into yref: the MoE MLP's,
  * computed here; a dense half's, kept by the capture pass (its tail linear
  * on the input it was given: the same numbers as running the half again). */
-static dsq_status half_reference(awq_st *a, awq_group *gr)
-{
-    return gr->experts ? moe_output(a, gr, a->yref) : DSQ_OK;
-}
+static dsq_status half_reference(awq_st *a, awq_group *gr) { return gr->experts ? moe_output(a, gr, a->yref) : DSQ_OK; }
 
 /* Loss parts [p0, p1) of the half's output against yref, each its share of
  * the mean, added to *acc; stops once *acc > bound. */
@@ -363,7 +360,8 @@ static dsq_status search_group(awq_group *gr, float *best_s, dsq_seq_report *rep
         st = group_w_mean(gr, wm);
     }
     gr->cur = NULL;
-    if (st == DSQ_OK && a->H[gr->g].h) st = gram_finish(&a->H[gr->g], cols, s->o->bf16, &gr->G, &gr->Gp);
+    if (st == DSQ_OK && a->H[gr->g].h)
+        st = gram_finish(&a->H[gr->g], cols, s->o->bf16, &gr->G, &gr->Gp);
     else if (st == DSQ_OK)
         st = half_reference(a, gr);
     if (st == DSQ_OK) st = backup_weights(gr);
@@ -513,8 +511,8 @@ static dsq_status stream_hook(void *user, int layer, int which, int expert, cons
     const int64_t row0 = a->h->row0;
     if (which == a->tail && row0 < a->nt) {
         int rows = a->nt - row0 < n_tok ? (int)(a->nt - row0) : n_tok;
-        DSQ_TRY(dsq_ctx_matmul(a->r->ctx, &a->s->m->layers[a->s->l].lin[which], x, a->yref + row0 * a->s->m->dim,
-                               rows));
+        DSQ_TRY(
+            dsq_ctx_matmul(a->r->ctx, &a->s->m->layers[a->s->l].lin[which], x, a->yref + row0 * a->s->m->dim, rows));
     }
     const int g = a->s->d->linears[which].group;
     if (g < 0 || a->first[g] != which) return DSQ_OK;
@@ -680,7 +678,8 @@ static dsq_status awq_layer(dsq_seq_layer *s, dsq_seq_runner *r, const float *hi
     float *sc[DSQ_BLOCK_MAX_GROUPS] = {NULL};
     int ng = st == DSQ_OK ? build_groups(&a, g) : 0;
     /* one half at a time: its loss inputs and reference, not the layer's, are held */
-    for (int half = 0; half < s->d->n_halves && st == DSQ_OK; half++) st = awq_half(&a, half, g, ng, sc, hin, hout, rep);
+    for (int half = 0; half < s->d->n_halves && st == DSQ_OK; half++)
+        st = awq_half(&a, half, g, ng, sc, hin, hout, rep);
     for (int k = 0; k < ng && st == DSQ_OK; k++) st = apply_group(&g[k], sc[k]);
     double t1 = dsq_now_s();
     if (st == DSQ_OK) st = clip_and_quantize(&a);

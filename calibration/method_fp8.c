@@ -48,5 +48,5 @@ static dsq_status fp8_check(const dsq_seq_opts *o)
     return DSQ_OK;
 }
 
-const dsq_method dsq_method_fp8 = {
-    "fp8", DSQ_STAT_MAX_ABS, DSQ_INT_FORMAT_CT, 512, fp8_check, fp8_layer, fp8_stats, fp8_expert, DSQ_INTQ_GRID_MINMAX, false};
+const dsq_method dsq_method_fp8 = {"fp8",     DSQ_STAT_MAX_ABS, DSQ_INT_FORMAT_CT,    512,  fp8_check, fp8_layer,
+                                   fp8_stats, fp8_expert,       DSQ_INTQ_GRID_MINMAX, false};

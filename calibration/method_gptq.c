@@ -169,5 +169,6 @@ dsq_status dsq_seq_gptq_expert(dsq_seq_expert *x, dsq_seq_report *rep)
     return st;
 }
 
-const dsq_method dsq_method_gptq = {"gptq", DSQ_STAT_XTX, DSQ_INT_FORMAT_GPTQ, 2048, NULL, dsq_seq_gptq_layer, NULL,
-                                    dsq_seq_gptq_expert, DSQ_INTQ_GRID_IMATRIX_MSE, false};
+const dsq_method dsq_method_gptq = {
+    "gptq", DSQ_STAT_XTX,        DSQ_INT_FORMAT_GPTQ,       2048, NULL, dsq_seq_gptq_layer,
+    NULL,   dsq_seq_gptq_expert, DSQ_INTQ_GRID_IMATRIX_MSE, false};

@@ -86,5 +86,5 @@ static dsq_status rtn_expert(dsq_seq_expert *x, dsq_seq_report *rep)
 
 static unsigned rtn_stats(const dsq_seq_opts *o) { return weighted(o) ? DSQ_STAT_IMATRIX : 0; }
 
-const dsq_method dsq_method_rtn = {"rtn", 0, DSQ_INT_FORMAT_GPTQ, 0, NULL, rtn_layer, rtn_stats, rtn_expert,
-                                   DSQ_INTQ_GRID_MSE, false};
+const dsq_method dsq_method_rtn = {"rtn",     0,          DSQ_INT_FORMAT_GPTQ, 0,    NULL, rtn_layer,
+                                   rtn_stats, rtn_expert, DSQ_INTQ_GRID_MSE,   false};

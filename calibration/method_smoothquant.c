@@ -132,8 +132,7 @@ static dsq_status expert_wmax(void *user, dsq_seq_expert *x)
 }
 
 /* weight x the error of linears w on n rows of x at every candidate alpha. */
-static dsq_status add_errors(sq_group *q, const float *x, int64_t n, const float *const *w, const int64_t *rows,
-                             int nw)
+static dsq_status add_errors(sq_group *q, const float *x, int64_t n, const float *const *w, const int64_t *rows, int nw)
 {
     if (n == 0 || nw == 0) return DSQ_OK;
     dsq_seq_layer *s = q->a->s;
@@ -285,7 +284,8 @@ static dsq_status sq_expert(dsq_seq_expert *x, dsq_seq_report *rep)
 {
     const dsq_seq_w8_opts *w8 = &x->s->o->w8;
     if (w8->kv_fp8)
-        return dsq_fail(DSQ_ERR_UNSUPPORTED, "smoothquant: KV-cache scales of MLA's latent cache are not collected yet");
+        return dsq_fail(DSQ_ERR_UNSUPPORTED,
+                        "smoothquant: KV-cache scales of MLA's latent cache are not collected yet");
     DSQ_TRY(dsq_seq_w8_expert_check_finite(x));
     if (w8->smooth && w8->smooth_all && x->n_tok > 0 && x->ok[1] && x->ok[2]) DSQ_TRY(expert_smooth_down(x, rep));
     if (w8->smooth_only) return DSQ_OK;
@@ -355,4 +355,5 @@ static dsq_status sq_check(const dsq_seq_opts *o)
 }
 
 const dsq_method dsq_method_smoothquant = {
-    "smoothquant", DSQ_STAT_MAX_ABS, DSQ_INT_FORMAT_CT, 512, sq_check, sq_layer, sq_stats, sq_expert, DSQ_INTQ_GRID_MINMAX, false};
+    "smoothquant", DSQ_STAT_MAX_ABS, DSQ_INT_FORMAT_CT,    512,  sq_check, sq_layer,
+    sq_stats,      sq_expert,        DSQ_INTQ_GRID_MINMAX, false};

@@ -46,7 +46,7 @@ typedef struct dsq_hessian {
     double *h;  /* [cols x cols]; running sum of x^T x, then 2/n * sum after finalize */
     uint64_t n; /* input rows (tokens) added */
     bool final;
-    bool bf16;  /* set after init: x rounded to BF16 in the products (F32 sums), as x^T x of a BF16 model */
+    bool bf16; /* set after init: x rounded to BF16 in the products (F32 sums), as x^T x of a BF16 model */
     /* work buffers of dsq_hessian_add, kept from call to call (one call per sample) */
     float *xt, *c, *xr;
     uint16_t *xtb;

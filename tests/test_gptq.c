@@ -549,12 +549,11 @@ static void test_damping_retry_and_failure(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hessian_accumulate), cmocka_unit_test(test_hessian_bf16),
-        cmocka_unit_test(test_hessian_split_invariant),
-        cmocka_unit_test(test_hinv_factor),        cmocka_unit_test(test_diagonal_equals_rtn),
-        cmocka_unit_test(test_beats_rtn),          cmocka_unit_test(test_act_order_g_idx),
-        cmocka_unit_test(test_dead_columns),       cmocka_unit_test(test_damping_retry_and_failure),
-        cmocka_unit_test(test_refit_scales),
+        cmocka_unit_test(test_hessian_accumulate),        cmocka_unit_test(test_hessian_bf16),
+        cmocka_unit_test(test_hessian_split_invariant),   cmocka_unit_test(test_hinv_factor),
+        cmocka_unit_test(test_diagonal_equals_rtn),       cmocka_unit_test(test_beats_rtn),
+        cmocka_unit_test(test_act_order_g_idx),           cmocka_unit_test(test_dead_columns),
+        cmocka_unit_test(test_damping_retry_and_failure), cmocka_unit_test(test_refit_scales),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
