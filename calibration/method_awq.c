@@ -569,6 +569,9 @@ static dsq_status half_setup(awq_st *a, int half, dsq_seq_hooks *h)
     }
     if (!loss) return DSQ_OK;
     const int g0 = half_first_group(s->d, half);
+    if (a->first[g0] < 0) /* the loss runs the half from its first group's input */
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "awq layer %d: half %d lacks its %s group's linears", l, half,
+                        s->d->groups[g0].name);
     a->X[g0] = h->cap[a->first[g0]] = a->xin;
     h->cap_tokens = a->nt;
     if (experts) return DSQ_OK; /* the MoE output is the reference (moe.c) */
