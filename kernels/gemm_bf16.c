@@ -65,7 +65,7 @@ static size_t apad_bytes(int64_t k)
 
 const char *dsq_gemm_bf16_path_name(dsq_gemm_bf16_path p)
 {
-    static const char *const names[DSQ_GEMM_BF16_N_PATHS] = {"scalar", "avx512_bf16", "amx_bf16"};
+    static const char *const names[DSQ_GEMM_BF16_N_PATHS] = {"scalar", "avx512_bf16", "amx_bf16", "avx2"};
     return p >= 0 && p < DSQ_GEMM_BF16_N_PATHS ? names[p] : "?";
 }
 
@@ -75,13 +75,14 @@ bool dsq_gemm_bf16_path_available(dsq_gemm_bf16_path p)
     case DSQ_GEMM_BF16_SCALAR: return true;
     case DSQ_GEMM_BF16_AVX512: return dsq_cpu_has_avx512bf16();
     case DSQ_GEMM_BF16_AMX: return dsq_cpu_has(DSQ_CPU_AMX_BF16) && dsq_amx_ready();
+    case DSQ_GEMM_BF16_AVX2: return dsq_cpu_has_avx2();
     default: return false;
     }
 }
 
 dsq_gemm_bf16_path dsq_gemm_bf16_path_for(int64_t m)
 {
-    if (!dsq_cpu_use_bf16_gemm()) return DSQ_GEMM_BF16_SCALAR;
+    if (!dsq_cpu_use_bf16_gemm()) return dsq_cpu_use_avx2() ? DSQ_GEMM_BF16_AVX2 : DSQ_GEMM_BF16_SCALAR;
     /* below one tile of tokens the AMX block would multiply mostly padding */
     if (m >= 16 && dsq_gemm_bf16_path_available(DSQ_GEMM_BF16_AMX)) return DSQ_GEMM_BF16_AMX;
     return DSQ_GEMM_BF16_AVX512;
@@ -96,8 +97,8 @@ size_t dsq_gemm_bf16_scratch_bytes(int64_t n, int64_t k)
            align64(CTMP_FLOATS * sizeof(float));
 }
 
-void dsq_gemm_bf16_kernel_scalar(int64_t np, const uint16_t *A, int64_t lda, const uint16_t *Bp, float *C,
-                                 int64_t ldc, bool accumulate)
+void dsq_gemm_bf16_kernel_scalar(int64_t np, const uint16_t *A, int64_t lda, const uint16_t *Bp, float *C, int64_t ldc,
+                                 bool accumulate)
 {
     float acc[MR][NR];
     memset(acc, 0, sizeof acc);
@@ -169,14 +170,15 @@ void dsq_gemm_bf16(dsq_gemm_b bl, int64_t m, int64_t n, int64_t k, const uint16_
 
 /* C (+)= A[:, k0 ..] * one packed K block (np pairs, panels npa pairs apart). */
 static void block_product(dsq_gemm_bf16_path p, int64_t m, int64_t n, int64_t np, int64_t npa, const uint16_t *A,
-                          int64_t lda, const uint16_t *Bp, float *C, int64_t ldc, bool acc, uint16_t *apad,
-                          float *ctmp)
+                          int64_t lda, const uint16_t *Bp, float *C, int64_t ldc, bool acc, uint16_t *apad, float *ctmp)
 {
     if (p == DSQ_GEMM_BF16_AMX) {
         dsq_gemm_bf16_block_amx(m, n, np, npa, A, lda, Bp, C, ldc, acc, apad, ctmp);
         return;
     }
-    kernel_fn kern = p == DSQ_GEMM_BF16_SCALAR ? dsq_gemm_bf16_kernel_scalar : dsq_gemm_bf16_kernel_avx512;
+    kernel_fn kern = p == DSQ_GEMM_BF16_SCALAR ? dsq_gemm_bf16_kernel_scalar
+                     : p == DSQ_GEMM_BF16_AVX2 ? dsq_gemm_bf16_kernel_avx2
+                                               : dsq_gemm_bf16_kernel_avx512;
     for (int64_t i0 = 0; i0 < m; i0 += MR) {
         int64_t mr = m - i0 < MR ? m - i0 : MR;
         const uint16_t *Ab = A + i0 * lda;
@@ -184,8 +186,10 @@ static void block_product(dsq_gemm_bf16_path p, int64_t m, int64_t n, int64_t np
             int64_t nr = n - q * NR < NR ? n - q * NR : NR;
             float *Cb = C + i0 * ldc + q * NR;
             const uint16_t *Bq = Bp + q * NR * 2 * npa;
-            if (mr == MR && nr == NR) kern(np, Ab, lda, Bq, Cb, ldc, acc);
-            else edge_tile(kern, np, Ab, lda, mr, Bq, Cb, ldc, nr, acc, apad, ctmp);
+            if (mr == MR && nr == NR)
+                kern(np, Ab, lda, Bq, Cb, ldc, acc);
+            else
+                edge_tile(kern, np, Ab, lda, mr, Bq, Cb, ldc, nr, acc, apad, ctmp);
         }
     }
 }
@@ -201,7 +205,8 @@ void dsq_gemm_bf16_on(dsq_gemm_bf16_path p, dsq_gemm_b bl, int64_t m, int64_t n,
 {
     int64_t npmax = dsq_gemm_bf16_lda(k < KC ? k : KC) / 2;
     uint16_t *Bp = scratch;
-    uint16_t *apad = (uint16_t *)((char *)scratch + align64((size_t)(panels_of(n) * NR * 2 * pad16(npmax)) * sizeof *Bp));
+    uint16_t *apad =
+        (uint16_t *)((char *)scratch + align64((size_t)(panels_of(n) * NR * 2 * pad16(npmax)) * sizeof *Bp));
     float *ctmp = (float *)((char *)apad + apad_bytes(k));
     if (k == 0) {
         zero_or_keep(m, n, C, ldc, accumulate);
@@ -209,7 +214,8 @@ void dsq_gemm_bf16_on(dsq_gemm_bf16_path p, dsq_gemm_b bl, int64_t m, int64_t n,
     }
     for (int64_t k0 = 0; k0 < k; k0 += KC) {
         int64_t kc = k - k0 < KC ? k - k0 : KC, np = (kc + 1) / 2;
-        pack_b(bl, n, k0, kc, B, ldb, Bp, pad16(np), p != DSQ_GEMM_BF16_SCALAR);
+        /* the AVX-512 packer where the path runs AVX-512 */
+        pack_b(bl, n, k0, kc, B, ldb, Bp, pad16(np), p == DSQ_GEMM_BF16_AVX512 || p == DSQ_GEMM_BF16_AMX);
         block_product(p, m, n, np, pad16(np), A + k0, lda, Bp, C, ldc, accumulate || k0 > 0, apad, ctmp);
     }
 }
@@ -254,8 +260,7 @@ void dsq_gemm_bf16_pad_rows(const uint16_t *A, int64_t lda, int64_t mr, int64_t 
 /* The K blocks of rows [i0, i0 + mr) for blocks b0.. (nkb of them), padded
  * into apad when the rows or the pair count need it. */
 static void amx_kblocks(int64_t i0, int64_t mr, int64_t b0, int64_t nkb, int64_t n_all, int64_t c0, int64_t k,
-                        const uint16_t *A, int64_t lda, const uint16_t *P, uint16_t *apad,
-                        dsq_gemm_bf16_amx_kblock *kb)
+                        const uint16_t *A, int64_t lda, const uint16_t *P, uint16_t *apad, dsq_gemm_bf16_amx_kblock *kb)
 {
     for (int64_t b = 0; b < nkb; b++) {
         int64_t k0 = (b0 + b) * KC, kc = k - k0 < KC ? k - k0 : KC, np = (kc + 1) / 2, npa = pad16(np);

@@ -2,12 +2,15 @@
  * F32 accumulation, the arithmetic llm-compressor and AutoAWQ get from torch
  * when they run a BF16 model. On CPUs with AVX512-BF16 (vdpbf16ps: two
  * products per F32 lane per instruction) it runs at twice the rate of the F32
- * GEMM; elsewhere a scalar reference of the same arithmetic runs (slow: the
- * callers pick F32 then, see dsq_cpu_use_bf16_gemm()).
+ * GEMM; elsewhere the same arithmetic runs in AVX2 lanes (two multiplies and
+ * two adds per product pair: slower than the F32 GEMM, so `--compute auto`
+ * picks F32 there, see dsq_cpu_use_bf16_gemm(); a forced BF16 run gets the
+ * BF16 results at a usable speed), or in the scalar reference.
  *
- * Paths: the scalar reference; AVX512-BF16 (8 x 32 register tiles); AMX-BF16
+ * Paths: the scalar reference; its AVX2 copy (kernels/gemm_bf16_avx2.c);
+ * AVX512-BF16 (8 x 32 register tiles); AMX-BF16
  * (tdpbf16ps on 32 x 32 blocks, from 16 tokens up, kernels/gemm_bf16_amx.c).
- * The AVX512 kernel gives the scalar kernel's bits (odd product of a pair
+ * The AVX512 and AVX2 kernels give the scalar kernel's bits (odd product of a pair
  * first); tdpbf16ps sums inside a tile step in an order Intel does not
  * specify to the bit (no per-pair or per-step rounding order reproduces
  * it), so the AMX path is held to the exact product of the BF16 operands
@@ -35,6 +38,7 @@ typedef enum dsq_gemm_bf16_path {
     DSQ_GEMM_BF16_SCALAR,
     DSQ_GEMM_BF16_AVX512,
     DSQ_GEMM_BF16_AMX,
+    DSQ_GEMM_BF16_AVX2, /* the scalar arithmetic in AVX2 lanes (CPUs without AVX512-BF16) */
     DSQ_GEMM_BF16_N_PATHS
 } dsq_gemm_bf16_path;
 
@@ -42,7 +46,7 @@ const char *dsq_gemm_bf16_path_name(dsq_gemm_bf16_path p);
 /* Whether this CPU (and OS) runs path p. */
 bool dsq_gemm_bf16_path_available(dsq_gemm_bf16_path p);
 /* The path dsq_gemm_bf16 takes for m rows of A: AMX from 16 rows where
- * available, else AVX512-BF16, else scalar (always scalar while
+ * available, else AVX512-BF16, else AVX2, else scalar (always scalar while
  * dsq_cpu_set_isa(DSQ_CPU_ISA_SCALAR) holds). */
 dsq_gemm_bf16_path dsq_gemm_bf16_path_for(int64_t m);
 
@@ -78,10 +82,12 @@ void dsq_gemm_bf16_packed(int64_t m, int64_t n, int64_t c0, int64_t nc, int64_t 
                           const uint16_t *P, float *C, int64_t ldc, bool accumulate, void *scratch);
 
 /* The micro-kernels (internal): C[MR x NR] (+)= A[MR x 2*np] * Bp, np pairs. */
-void dsq_gemm_bf16_kernel_scalar(int64_t np, const uint16_t *A, int64_t lda, const uint16_t *Bp, float *C,
-                                 int64_t ldc, bool accumulate);
-void dsq_gemm_bf16_kernel_avx512(int64_t np, const uint16_t *A, int64_t lda, const uint16_t *Bp, float *C,
-                                 int64_t ldc, bool accumulate);
+void dsq_gemm_bf16_kernel_scalar(int64_t np, const uint16_t *A, int64_t lda, const uint16_t *Bp, float *C, int64_t ldc,
+                                 bool accumulate);
+void dsq_gemm_bf16_kernel_avx2(int64_t np, const uint16_t *A, int64_t lda, const uint16_t *Bp, float *C, int64_t ldc,
+                               bool accumulate);
+void dsq_gemm_bf16_kernel_avx512(int64_t np, const uint16_t *A, int64_t lda, const uint16_t *Bp, float *C, int64_t ldc,
+                                 bool accumulate);
 /* The AMX block (internal): C[m x n] (+)= A[m x 2*np] * one packed KC block
  * whose panels hold npa pairs each (npa a multiple of 16, pairs past np
  * zero). apad: 32 * 2 * npa BF16 values; ctmp: 1024 floats. */

@@ -146,7 +146,10 @@ static void test_path_choice(void **state)
 {
     (void)state;
     if (!dsq_cpu_has_avx512bf16()) {
+        assert_int_equal(dsq_gemm_bf16_path_for(64), dsq_cpu_has_avx2() ? DSQ_GEMM_BF16_AVX2 : DSQ_GEMM_BF16_SCALAR);
+        dsq_cpu_set_isa(DSQ_CPU_ISA_SCALAR); /* masked off: the AVX2 copy never runs */
         assert_int_equal(dsq_gemm_bf16_path_for(64), DSQ_GEMM_BF16_SCALAR);
+        dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
         return;
     }
     bool amx = dsq_gemm_bf16_path_available(DSQ_GEMM_BF16_AMX);
@@ -157,7 +160,7 @@ static void test_path_choice(void **state)
     dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
 }
 
-/* The AVX512-BF16 kernel gives the scalar kernel's bits on every edge of the
+/* The AVX512-BF16 and AVX2 kernels give the scalar kernel's bits on every edge of the
  * blocking (the AMX path has no bit-level reference: kernels/gemm_bf16.h). */
 static void path_case(dsq_gemm_bf16_path fast, dsq_gemm_bf16_path ref, dsq_gemm_b bl, int m, int n, int k, bool acc)
 {
@@ -187,16 +190,19 @@ static void test_avx512_gives_scalar_bits(void **state)
 {
     (void)state;
     static const int ms[] = {1, 7, 8, 9, 21}, ns[] = {1, 31, 32, 33, 70}, ks[] = {1, 2, 3, 255, 256, 257, 600};
-    if (!dsq_gemm_bf16_path_available(DSQ_GEMM_BF16_AVX512)) {
-        print_message("no AVX512-BF16 on this CPU: only the scalar kernel runs here\n");
-        return;
+    static const dsq_gemm_bf16_path fast[] = {DSQ_GEMM_BF16_AVX512, DSQ_GEMM_BF16_AVX2};
+    for (int f = 0; f < 2; f++) {
+        if (!dsq_gemm_bf16_path_available(fast[f])) {
+            print_message("no %s on this CPU: its bits are not compared with the scalar kernel's here\n",
+                          dsq_gemm_bf16_path_name(fast[f]));
+            continue;
+        }
+        for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
+            for (size_t b = 0; b < sizeof ns / sizeof *ns; b++)
+                for (size_t c = 0; c < sizeof ks / sizeof *ks; c++)
+                    for (int bl = 0; bl < 2; bl++)
+                        path_case(fast[f], DSQ_GEMM_BF16_SCALAR, (dsq_gemm_b)bl, ms[a], ns[b], ks[c], (a + b + c) % 2);
     }
-    for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
-        for (size_t b = 0; b < sizeof ns / sizeof *ns; b++)
-            for (size_t c = 0; c < sizeof ks / sizeof *ks; c++)
-                for (int bl = 0; bl < 2; bl++)
-                    path_case(DSQ_GEMM_BF16_AVX512, DSQ_GEMM_BF16_SCALAR, (dsq_gemm_b)bl, ms[a], ns[b], ks[c],
-                              (a + b + c) % 2);
 }
 
 /* Ties round to even, in both conversions (A rows and the packed B):
