@@ -28,14 +28,14 @@ phase setup
 PY="${DSQ_CACHE:-$HOME/.cache/dsquant}/venv/bin/python"
 [ -x "$PY" ] || PY=python3
 # Compiled objects are cached across runs (a warm CI run recompiles nothing it
-# has seen); the CUDA sources go through nvcc without it.
+# has seen), the CUDA sources too (ccache drives nvcc).
 LAUNCHER=()
 if command -v ccache >/dev/null; then
   export CCACHE_DIR="${CCACHE_DIR:-${DSQ_CACHE:-$HOME/.cache/dsquant}/ccache}"
   # hits across checkouts in other folders (CI clones afresh): paths relative
   # to the checkout, debug info's directory not hashed
   export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
-  LAUNCHER=(-DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  LAUNCHER=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDSQ_CUDA=AUTO -DDSQ_PYTHON="$PY" "${LAUNCHER[@]}" >/dev/null
 cmake --build build -j"$JOBS"

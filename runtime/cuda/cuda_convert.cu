@@ -7,7 +7,7 @@
  * tests/test_cuda.c compares the two over many values, every f16/bf16 tie and
  * boundary included. The conversions are __host__ __device__ so that the same
  * code can be checked on a machine without a GPU. */
-#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_internal.cuh"
 
 extern "C" {
 #include "core/log.h"
@@ -78,13 +78,6 @@ constexpr size_t k_chunk = size_t(1) << 26;
 constexpr int k_threads = 256;
 constexpr unsigned k_max_blocks = 4096;
 
-dsq_status cuda_fail(cudaError_t e, const char *what)
-{
-    dsq_status code = e == cudaErrorMemoryAllocation ? DSQ_ERR_NOMEM : DSQ_ERR_INTERNAL;
-    (void)cudaGetLastError(); /* clear a non-sticky error so later calls start clean */
-    return dsq_fail(code, "CUDA %s: %s", what, cudaGetErrorString(e));
-}
-
 bool probe_device()
 {
     int n = 0;
@@ -124,7 +117,7 @@ extern "C" dsq_status dsq_cuda_convert_f32(const float *src, dsq_type dst_t, voi
     uint16_t *d_dst = nullptr;
     cudaError_t e = cudaMalloc(&d_src, chunk * sizeof(float));
     if (e == cudaSuccess) e = cudaMalloc(&d_dst, chunk * sizeof(uint16_t));
-    dsq_status s = e == cudaSuccess ? DSQ_OK : cuda_fail(e, "allocation");
+    dsq_status s = e == cudaSuccess ? DSQ_OK : dsq_cuda_fail_(e, "allocation");
     uint16_t *out = static_cast<uint16_t *>(dst);
     for (size_t i = 0; s == DSQ_OK && i < n; i += chunk) {
         size_t k = n - i < chunk ? n - i : chunk;
@@ -132,7 +125,7 @@ extern "C" dsq_status dsq_cuda_convert_f32(const float *src, dsq_type dst_t, voi
         if (blocks > k_max_blocks) blocks = k_max_blocks;
         e = cudaMemcpy(d_src, src + i, k * sizeof(float), cudaMemcpyHostToDevice);
         if (e != cudaSuccess) {
-            s = cuda_fail(e, "copy to device");
+            s = dsq_cuda_fail_(e, "copy to device");
             break;
         }
         if (dst_t == DSQ_TYPE_F16)
@@ -141,9 +134,24 @@ extern "C" dsq_status dsq_cuda_convert_f32(const float *src, dsq_type dst_t, voi
             k_f32_to_bf16<<<blocks, k_threads>>>(d_src, d_dst, k);
         e = cudaGetLastError();
         if (e == cudaSuccess) e = cudaMemcpy(out + i, d_dst, k * sizeof(uint16_t), cudaMemcpyDeviceToHost);
-        if (e != cudaSuccess) s = cuda_fail(e, "conversion kernel");
+        if (e != cudaSuccess) s = dsq_cuda_fail_(e, "conversion kernel");
     }
     cudaFree(d_src);
     cudaFree(d_dst);
     return s;
+}
+
+extern "C" dsq_status dsq_cuda_convert_f32_dev(const float *d_src, dsq_type dst_t, void *d_dst, size_t n)
+{
+    if (dst_t != DSQ_TYPE_F16 && dst_t != DSQ_TYPE_BF16)
+        return dsq_fail(DSQ_ERR_UNSUPPORTED, "CUDA conversion from f32 to %s is not implemented", dsq_type_name(dst_t));
+    if (n == 0) return DSQ_OK;
+    if (!dsq_cuda_available()) return dsq_fail(DSQ_ERR_UNSUPPORTED, "no usable CUDA device");
+    size_t want = (n + k_threads - 1) / k_threads;
+    unsigned blocks = want > k_max_blocks ? k_max_blocks : (unsigned)want;
+    if (dst_t == DSQ_TYPE_F16)
+        k_f32_to_f16<<<blocks, k_threads>>>(d_src, static_cast<uint16_t *>(d_dst), n);
+    else
+        k_f32_to_bf16<<<blocks, k_threads>>>(d_src, static_cast<uint16_t *>(d_dst), n);
+    return dsq_cuda_launched_("conversion kernel");
 }
