@@ -58,7 +58,7 @@ static void dense_case(dsq_type ab, dsq_type out, int m, int n, int k)
     assert_int_equal(dsq_cuda_malloc(&dy, (size_t)m * n * yb, "y"), DSQ_OK);
     assert_int_equal(dsq_cuda_gemm_dense(ab, out, m, n, k, dx, dw, dy), DSQ_OK);
     assert_int_equal(dsq_cuda_sync("dense test"), DSQ_OK);
-    void *y = malloc((size_t)m * n * yb);
+    void *y = calloc((size_t)m * n, yb);
     assert_int_equal(dsq_cuda_download(y, dy, (size_t)m * n * yb), DSQ_OK);
     float (*cvt)(uint16_t) = ab == DSQ_TYPE_F16 ? dsq_f16_to_f32 : dsq_bf16_to_f32;
     double worst = 0;
@@ -124,7 +124,7 @@ static void fp8_case(dsq_cuda_scale sc, dsq_type out, int m, int n, int k)
     if (st != DSQ_OK) fprintf(stderr, "FP8: %s\n", dsq_errmsg());
     assert_int_equal(st, DSQ_OK);
     assert_int_equal(dsq_cuda_sync("FP8 test"), DSQ_OK);
-    void *y = malloc((size_t)m * n * yb);
+    void *y = calloc((size_t)m * n, yb);
     assert_int_equal(dsq_cuda_download(y, dy, (size_t)m * n * yb), DSQ_OK);
     double worst = 0;
     for (int i = 0; i < m; i++)
@@ -189,7 +189,7 @@ static void i8_case(dsq_type out, int m, int n, int k)
     if (st != DSQ_OK) fprintf(stderr, "INT8: %s\n", dsq_errmsg());
     assert_int_equal(st, DSQ_OK);
     assert_int_equal(dsq_cuda_sync("INT8 test"), DSQ_OK);
-    void *y = malloc((size_t)m * n * yb);
+    void *y = calloc((size_t)m * n, yb);
     assert_int_equal(dsq_cuda_download(y, dy, (size_t)m * n * yb), DSQ_OK);
     size_t bad = 0;
     for (int i = 0; i < m; i++)

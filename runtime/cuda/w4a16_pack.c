@@ -86,7 +86,8 @@ dsq_status dsq_w4_pack(const dsq_intq *q, dsq_w4_packed *out)
                                 (long long)r, (long long)c);
             }
             int shift;
-            p.qw[tile_word(&p, r, c, &shift)] |= (uint32_t)code << shift;
+            size_t word = tile_word(&p, r, c, &shift);
+            p.qw[word] |= (uint32_t)code << shift;
         }
         for (int64_t g = 0; g < q->n_groups; g++) {
             st = scale_word(q, r, g, &p.sz[g * q->rows + r]);
@@ -111,7 +112,8 @@ void dsq_w4_packed_free(dsq_w4_packed *p)
 int dsq_w4_code(const dsq_w4_packed *p, int64_t row, int64_t col)
 {
     int shift;
-    return (int)(p->qw[tile_word(p, row, col, &shift)] >> shift) & 15;
+    size_t word = tile_word(p, row, col, &shift);
+    return (int)(p->qw[word] >> shift) & 15;
 }
 
 uint16_t dsq_w4_weight(const dsq_w4_packed *p, int64_t row, int64_t col)
