@@ -299,7 +299,7 @@ extern "C" dsq_status dsq_cuda_w4a16(const dsq_cuda_w4 *w, const uint16_t *d_x, 
     if (w->n > INT32_MAX || w->k > INT32_MAX)
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "CUDA W4A16: %lld x %lld weights", (long long)w->n, (long long)w->k);
     size_t smem = (size_t)DSQ_W4_WARPS * k_stages * k_stage_uint4 * sizeof(uint4);
-    int mb = m <= 16 ? 16 : m <= 32 ? 32 : 64;
+    int mb = dsq_w4_m_block(m);
     int wave = mb == 16 ? wave_blocks<1>(smem) : mb == 32 ? wave_blocks<2>(smem) : wave_blocks<4>(smem);
     dsq_w4_shape s = dsq_w4_launch_shape(w->n, w->k, m, wave);
     if (s.m_blocks > 65535) return dsq_fail(DSQ_ERR_UNSUPPORTED, "CUDA W4A16: %d rows (at most %d)", m, 65535 * 64);

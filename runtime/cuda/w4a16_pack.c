@@ -146,13 +146,15 @@ dsq_status dsq_w4_reference(const dsq_w4_packed *p, const float *x, int m, doubl
     return DSQ_OK;
 }
 
+int dsq_w4_m_block(int m) { return m <= 16 ? 16 : m <= 32 ? 32 : 64; }
+
 dsq_w4_shape dsq_w4_launch_shape(int64_t n, int64_t k, int m, int wave_blocks)
 {
     dsq_w4_shape s;
     int64_t row_tiles = n / DSQ_W4_TILE_N, k_tiles = k / DSQ_W4_TILE_K;
     const int per_block = DSQ_W4_WARPS * DSQ_W4_ROW_TILES_PER_WARP;
     s.blocks_n = (int)((row_tiles + per_block - 1) / per_block);
-    s.m_block = m <= 16 ? 16 : m <= 32 ? 32 : 64;
+    s.m_block = dsq_w4_m_block(m);
     s.m_blocks = (m + s.m_block - 1) / s.m_block;
     /* as many slices as keep the grid within one wave (each slice reads its weights once either way: slicing
      * adds only the atomic adds of the partial sums; a second, partial wave

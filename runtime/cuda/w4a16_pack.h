@@ -80,6 +80,9 @@ typedef struct dsq_w4_shape {
     int slice;
 } dsq_w4_shape;
 dsq_w4_shape dsq_w4_launch_shape(int64_t n, int64_t k, int m, int wave_blocks);
+/* Rows of activations one block multiplies for m rows (16, 32 or 64): the
+ * kernel instantiation, chosen before the shape (wave_blocks depends on it). */
+int dsq_w4_m_block(int m);
 
 #ifdef __cplusplus
 }
