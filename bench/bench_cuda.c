@@ -177,6 +177,7 @@ static int bench_w4(const char *name, int n, int k, const int *ms, int n_ms)
 typedef struct big_ctx {
     int m, n, k;
     void *xh, *wh, *x8, *w8, *sx, *sw, *acc, *y;
+    void *bsx, *bsw; /* block scales: [k/128][m], [n/128][ld] */
 } big_ctx;
 
 static dsq_status run_bf16(void *c, int i)
@@ -200,6 +201,14 @@ static dsq_status run_fp8_tensor(void *c, int i)
     return dsq_cuda_gemm_fp8(DSQ_CUDA_SCALE_TENSOR, DSQ_TYPE_BF16, b->m, b->n, b->k, b->x8, b->sx, b->w8, b->sw, b->y);
 }
 
+static dsq_status run_fp8_block(void *c, int i)
+{
+    big_ctx *b = c;
+    (void)i;
+    return dsq_cuda_gemm_fp8(DSQ_CUDA_SCALE_BLOCK128, DSQ_TYPE_BF16, b->m, b->n, b->k, b->x8, b->bsx, b->w8, b->bsw,
+                             b->y);
+}
+
 static dsq_status run_i8(void *c, int i)
 {
     big_ctx *b = c;
@@ -209,13 +218,17 @@ static dsq_status run_i8(void *c, int i)
 
 static int bench_big(int m, int n, int k)
 {
-    big_ctx b = {m, n, k, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    big_ctx b = {m, n, k, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    size_t nbx = (size_t)((k + 127) / 128) * m, nbw = (size_t)((n + 127) / 128) * dsq_cuda_fp8_block_ld(k);
     int ok = (b.xh = dev_halfs((size_t)m * k, DSQ_TYPE_BF16, 1.0f, 1)) &&
              (b.wh = dev_halfs((size_t)n * k, DSQ_TYPE_BF16, 0.02f, 2));
     /* random bytes: E4M3 NaN codes are 2 in 256, harmless to the timing; INT8 any */
     if (ok) ok = (b.x8 = dev_random((size_t)m * k, 3, "x8")) && (b.w8 = dev_random((size_t)n * k, 4, "w8"));
-    float *ones = malloc((size_t)(m > n ? m : n) * 4);
-    for (int i = 0; i < (m > n ? m : n); i++) ones[i] = 1e-3f;
+    size_t most = (size_t)(m > n ? m : n);
+    if (nbx > most) most = nbx;
+    if (nbw > most) most = nbw;
+    float *ones = malloc(most * 4);
+    for (size_t i = 0; i < most; i++) ones[i] = 1e-3f;
     if (ok)
         ok = dsq_cuda_malloc(&b.sx, (size_t)m * 4, "sx") == DSQ_OK &&
              dsq_cuda_upload(b.sx, ones, (size_t)m * 4) == DSQ_OK;
@@ -225,6 +238,10 @@ static int bench_big(int m, int n, int k)
     if (ok)
         ok = dsq_cuda_malloc(&b.acc, (size_t)m * n * 4, "acc") == DSQ_OK &&
              dsq_cuda_malloc(&b.y, (size_t)m * n * 2, "y") == DSQ_OK;
+    if (ok)
+        ok = dsq_cuda_malloc(&b.bsx, nbx * 4, "block sx") == DSQ_OK && dsq_cuda_upload(b.bsx, ones, nbx * 4) == DSQ_OK;
+    if (ok)
+        ok = dsq_cuda_malloc(&b.bsw, nbw * 4, "block sw") == DSQ_OK && dsq_cuda_upload(b.bsw, ones, nbw * 4) == DSQ_OK;
     free(ones);
     char shape[64];
     snprintf(shape, sizeof shape, "%dx%dx%d", m, n, k);
@@ -233,7 +250,10 @@ static int bench_big(int m, int n, int k)
     struct {
         const char *kind, *name;
         run_fn f;
-    } rows[] = {{"fp8", "fp8-rowcol", run_fp8}, {"fp8", "fp8-tensor", run_fp8_tensor}, {"int8", "int8-rowcol", run_i8}};
+    } rows[] = {{"fp8", "fp8-rowcol", run_fp8},
+                {"fp8", "fp8-tensor", run_fp8_tensor},
+                {"fp8", "fp8-block128", run_fp8_block},
+                {"int8", "int8-rowcol", run_i8}};
     for (size_t i = 0; ok && base > 0 && i < sizeof rows / sizeof rows[0]; i++) {
         double t = time_ms(rows[i].f, &b, 1, 10);
         if (t < 0) {
@@ -245,6 +265,7 @@ static int bench_big(int m, int n, int k)
     }
     dsq_cuda_free(b.xh), dsq_cuda_free(b.wh), dsq_cuda_free(b.x8), dsq_cuda_free(b.w8);
     dsq_cuda_free(b.sx), dsq_cuda_free(b.sw), dsq_cuda_free(b.acc), dsq_cuda_free(b.y);
+    dsq_cuda_free(b.bsx), dsq_cuda_free(b.bsw);
     return ok && base > 0;
 }
 

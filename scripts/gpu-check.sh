@@ -111,6 +111,7 @@ def line(name, sel, target):
     print(f"target {name}: worst {worst:.2f}x over {len(got)} rows (target {target}x): {'MET' if worst >= target else 'MISSED'}")
 line("W4A16 >= 3.0x cuBLAS FP16 at M <= 16", lambda r: r["kind"] == "w4a16" and r["m"] <= 16, 3.0)
 line("FP8 (per-row scales) >= 1.6x BF16 at M >= 4096", lambda r: r["ours"] == "fp8-rowcol" and r["m"] >= 4096, 1.6)
+line("FP8 (128x128 block scales) >= 1.6x BF16 at M >= 4096", lambda r: r["ours"] == "fp8-block128" and r["m"] >= 4096, 1.6)
 PY
   cat "$OUT/gpu-bench.md" >>"$OUT/summary.md"
 fi

@@ -171,6 +171,66 @@ static void test_device_fp8(void **state)
     fp8_case(DSQ_CUDA_SCALE_ROWCOL, DSQ_TYPE_BF16, 128, 256, 1024);
 }
 
+/* DeepSeek-V3's block scales in the layout cuBLASLt reads (found on the H200
+ * by trying the transposes: docs/cuda.md): activation scales [k/128][m], m
+ * fastest; weight scales [n/128][ld], ld = k/128 rounded up to 4. */
+static void fp8_block_case(int m, int n, int k)
+{
+    const float *tab = dsq_fp8_e4m3_table();
+    uint64_t r = (uint64_t)(m * 29 + n + k);
+    int kb = (k + 127) / 128, nb = (n + 127) / 128, ld = dsq_cuda_fp8_block_ld(k);
+    uint8_t *x = malloc((size_t)m * k), *w = malloc((size_t)n * k);
+    for (int i = 0; i < m * k; i++) x[i] = rand_e4m3(&r);
+    for (int i = 0; i < n * k; i++) w[i] = rand_e4m3(&r);
+    float *sx = malloc((size_t)m * kb * 4), *sw = calloc((size_t)nb * ld, 4);
+    for (int i = 0; i < m * kb; i++) sx[i] = 0.5f + (float)(dsq_test_rand(&r) % 1000) / 666.0f;
+    for (int i = 0; i < nb; i++)
+        for (int b = 0; b < kb; b++) sw[i * ld + b] = 0.5f + (float)(dsq_test_rand(&r) % 1000) / 666.0f;
+    void *dx = up(x, (size_t)m * k), *dw = up(w, (size_t)n * k), *dsx = up(sx, (size_t)m * kb * 4),
+         *dsw = up(sw, (size_t)nb * ld * 4), *dy = NULL;
+    assert_int_equal(dsq_cuda_malloc(&dy, (size_t)m * n * 4, "y"), DSQ_OK);
+    dsq_status st = dsq_cuda_gemm_fp8(DSQ_CUDA_SCALE_BLOCK128, DSQ_TYPE_F32, m, n, k, dx, dsx, dw, dsw, dy);
+    if (st != DSQ_OK) fprintf(stderr, "FP8 block scales: %s\n", dsq_errmsg());
+    assert_int_equal(st, DSQ_OK);
+    assert_int_equal(dsq_cuda_sync("FP8 block test"), DSQ_OK);
+    float *y = calloc((size_t)m * n, 4);
+    assert_int_equal(dsq_cuda_download(y, dy, (size_t)m * n * 4), DSQ_OK);
+    double worst = 0;
+    for (int i = 0; i < m; i++)
+        for (int o = 0; o < n; o++) {
+            double acc = 0, mag = 0;
+            for (int b = 0; b < kb; b++) {
+                double part = 0, pm = 0;
+                for (int c = b * 128; c < k && c < (b + 1) * 128; c++) {
+                    double p = (double)tab[x[i * k + c]] * tab[w[o * k + c]];
+                    part += p;
+                    pm += fabs(p);
+                }
+                double s12 = (double)sx[b * m + i] * sw[(o / 128) * ld + b];
+                acc += part * s12;
+                mag += pm * s12;
+            }
+            double e = fabs(y[i * n + o] - acc) / (2e-3 * mag + 1e-30);
+            if (!(e <= worst)) worst = e; /* NaN counts as worst */
+        }
+    fprintf(stderr, "FP8 block scales %d x %d x %d: worst error / tolerance %.3g\n", m, n, k, worst);
+    assert_true(worst <= 1.0);
+    dsq_cuda_free(dx), dsq_cuda_free(dw), dsq_cuda_free(dsx), dsq_cuda_free(dsw), dsq_cuda_free(dy);
+    free(x), free(w), free(sx), free(sw), free(y);
+}
+
+static void test_device_fp8_block(void **state)
+{
+    (void)state;
+    if (!dsq_cuda_available()) DSQ_TEST_SKIP_ENV("no CUDA device visible");
+    dsq_cuda_info info = {{0}, 0, 0, 0, 0, 0, 0, 0};
+    assert_int_equal(dsq_cuda_get_info(&info), DSQ_OK);
+    if (info.cc_major * 10 + info.cc_minor < 89) DSQ_TEST_SKIP_ENV("GPU below sm_89");
+    fp8_block_case(64, 256, 512);
+    fp8_block_case(200, 384, 640);
+    fp8_block_case(32, 128, 1152);
+}
+
 static void i8_case(dsq_type out, int m, int n, int k)
 {
     uint64_t r = (uint64_t)(m * 5 + n * 11 + k);
@@ -226,6 +286,7 @@ int main(void)
         cmocka_unit_test(test_refusals_without_device),
         cmocka_unit_test(test_device_dense),
         cmocka_unit_test(test_device_fp8),
+        cmocka_unit_test(test_device_fp8_block),
         cmocka_unit_test(test_device_i8),
     };
     return DSQ_TEST_RUN_GROUP(tests, NULL, NULL);

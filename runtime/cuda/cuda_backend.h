@@ -33,12 +33,23 @@ typedef struct dsq_cuda_info {
     int driver_version, runtime_version; /* e.g. 13000 */
 } dsq_cuda_info;
 
-/* How the FP8 product scales: one scale per operand, or one per activation row
- * (token) and one per weight row (output channel). */
-typedef enum dsq_cuda_scale { DSQ_CUDA_SCALE_TENSOR = 0, DSQ_CUDA_SCALE_ROWCOL } dsq_cuda_scale;
+/* How the FP8 product scales: one scale per operand; one per activation row
+ * (token) and one per weight row (output channel); or DeepSeek-V3's blocks, one
+ * per token and 128 input columns and one per 128 x 128 weight block (the
+ * scale arrays' layout cuBLASLt wants is in docs/cuda.md, checked by
+ * tests/test_cuda_gemm.c). */
+typedef enum dsq_cuda_scale {
+    DSQ_CUDA_SCALE_TENSOR = 0,
+    DSQ_CUDA_SCALE_ROWCOL,
+    DSQ_CUDA_SCALE_BLOCK128,
+} dsq_cuda_scale;
 
 typedef struct dsq_cuda_w4 dsq_cuda_w4; /* repacked W4A16 weights on the device */
 typedef struct dsq_cuda_timer dsq_cuda_timer;
+
+/* Row length of the block-scaled product's weight scales: ceil(k/128) rounded
+ * up to a multiple of 4 (cuBLASLt's layout; the padding is never read). */
+static inline int dsq_cuda_fp8_block_ld(int k) { return ((k + 127) / 128 + 3) / 4 * 4; }
 
 #ifdef DSQ_HAVE_CUDA
 
@@ -77,8 +88,10 @@ dsq_status dsq_cuda_w4a16(const dsq_cuda_w4 *w, const uint16_t *d_x, float *d_y,
 dsq_status dsq_cuda_gemm_dense(dsq_type ab, dsq_type out, int m, int n, int k, const void *d_x, const void *d_w,
                                void *d_y);
 /* FP8 E4M3 x E4M3 through cuBLASLt (sm_89+), out F32 or BF16:
- * y = (x w^T) * sx * sw with the scales per tensor (sx[0], sw[0]) or per row
- * (sx[m], sw[n]); the scales are device memory. */
+ * y = (x w^T) * sx * sw with the scales per tensor (sx[0], sw[0]), per row
+ * (sx[m], sw[n]) or per block: sx [ceil(k/128)][m] (m fastest, one per token
+ * and 128 columns), sw [ceil(n/128)][dsq_cuda_fp8_block_ld(k)] (one per
+ * 128 x 128 block, rows padded to a multiple of 4); device memory. */
 dsq_status dsq_cuda_gemm_fp8(dsq_cuda_scale sc, dsq_type out, int m, int n, int k, const uint8_t *d_x,
                              const float *d_sx, const uint8_t *d_w, const float *d_sw, void *d_y);
 /* INT8 x INT8 in int32 through cuBLASLt (IMMA), then y = acc * sx[i] * sw[j]

@@ -96,11 +96,15 @@ dsq_status plan_build(libs &L, plan &p)
         s = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-    if (s == CUBLAS_STATUS_SUCCESS && fp8 && p.sc == DSQ_CUDA_SCALE_ROWCOL) {
-        int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-        s = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode);
+    if (s == CUBLAS_STATUS_SUCCESS && fp8 && p.sc != DSQ_CUDA_SCALE_TENSOR) {
+        /* A is the weights, B the activations */
+        int32_t am = p.sc == DSQ_CUDA_SCALE_ROWCOL ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
+                                                   : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+        int32_t bm = p.sc == DSQ_CUDA_SCALE_ROWCOL ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
+                                                   : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+        s = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &am, sizeof am);
         if (s == CUBLAS_STATUS_SUCCESS)
-            s = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode);
+            s = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bm, sizeof bm);
     }
     if (s == CUBLAS_STATUS_SUCCESS && fp8) { /* placeholders, replaced per call: the heuristic wants them set */
         const void *dummy = L.workspace;
@@ -130,7 +134,9 @@ dsq_status plan_build(libs &L, plan &p)
         if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED) return blas_fail(s, "algorithm search");
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "cuBLASLt has no %s kernel for %d x %d x %d%s on this GPU",
                         fp8 ? "FP8 E4M3" : "INT8", p.m, p.n, p.k,
-                        fp8 && p.sc == DSQ_CUDA_SCALE_ROWCOL ? " with per-row scales" : "");
+                        !fp8 || p.sc == DSQ_CUDA_SCALE_TENSOR ? ""
+                        : p.sc == DSQ_CUDA_SCALE_ROWCOL       ? " with per-row scales"
+                                                              : " with 128-column / 128x128 block scales");
     }
     p.algo = res.algo;
     return DSQ_OK;
