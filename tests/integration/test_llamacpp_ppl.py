@@ -4,8 +4,8 @@ Models, all made from the same weights: the default model (SmolLM2-135M Q4_1)
 taken to F32 with `dsquant gguf --type F32 --allow-requantize`, and Q8_0 and
 Q4_K_M quantized from that F32 file with `dsquant gguf`, and Q4_K_M by GPTQ
 and by AWQ into the same blocks (`dsquant gguf --method gptq|awq`, 3 x 512
-and 2 x 512 tokens of tinyshakespeare: the agreement does not depend on how
-good the calibration is, but GGUF GPTQ wants at least as many tokens as the
+tokens of tinyshakespeare: the agreement does not depend on how good the
+calibration is, but GGUF calibration wants at least as many tokens as the
 widest linear input, 1536; AWQ's norms carry its scales): llama.cpp must load
 them and agree with us on them as on the plain file (compared with
 --llamacpp-act only, the same arithmetic).
@@ -207,7 +207,7 @@ def main():
                     calib_text(), "--n-samples", "3", "--seqlen", "512")
             models[AWQ] = os.path.join(work, "Q4_K_M-awq.gguf")
             dsquant("gguf", models["F32"], "-o", models[AWQ], "--type", "Q4_K_M", "--method", "awq", "--calib",
-                    calib_text(), "--n-samples", "2", "--seqlen", "512", "--loss-samples", "1")
+                    calib_text(), "--n-samples", "3", "--seqlen", "512", "--loss-samples", "1")
         print(f"models made in {time.time() - t_start:.1f} s")
         ids, add_bos, bos = compare_tokens(models["F32"], wiki, k, problems)
 
