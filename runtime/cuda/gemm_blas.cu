@@ -24,6 +24,7 @@ struct libs {
     cublasHandle_t blas = nullptr;
     cublasLtHandle_t lt = nullptr;
     void *workspace = nullptr;
+    dsq_cuda_info info; /* asked once: cudaGetDeviceProperties is too slow per product */
     bool ok = false;
 };
 
@@ -37,6 +38,7 @@ libs &handles()
         if (cublasCreate(&L.blas) != CUBLAS_STATUS_SUCCESS) return;
         if (cublasLtCreate(&L.lt) != CUBLAS_STATUS_SUCCESS) return;
         if (cudaMalloc(&L.workspace, k_workspace) != cudaSuccess) return;
+        if (dsq_cuda_get_info(&L.info) != DSQ_OK) return;
         L.ok = true;
     });
     return L;
@@ -232,9 +234,7 @@ extern "C" dsq_status dsq_cuda_gemm_fp8(dsq_cuda_scale sc, dsq_type out, int m, 
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "CUDA FP8 product: k %d and n %d must be multiples of 16", k, n);
     libs *L = ready("FP8 product", &st);
     if (!L) return st;
-    dsq_cuda_info info;
-    st = dsq_cuda_get_info(&info);
-    if (st != DSQ_OK) return st;
+    const dsq_cuda_info &info = L->info;
     if (info.cc_major * 10 + info.cc_minor < 89)
         return dsq_fail(DSQ_ERR_UNSUPPORTED, "CUDA FP8 product: %s is sm_%d%d, FP8 tensor cores need sm_89 or later",
                         info.name, info.cc_major, info.cc_minor);
