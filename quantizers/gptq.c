@@ -498,10 +498,8 @@ static double row_block(const gptq_ctx *c, int64_t r, const float *wg, float *w1
         const float d = c->U[col * n + col];
         const float diff = w1[i] - dq;
         loss += (double)diff * (double)diff / ((double)d * (double)d) / 2.0;
-        const float e = diff / d;
-        const float *urow = c->U + col * n + i1;
-        dsq_rowupd_sub_f32(1, cnt - i - 1, w1 + i + 1, &e, 1, urow + i + 1, 0);
-        err[i] = e;
+        err[i] = diff / d;
+        dsq_gptq_feedback(i, cnt, w1, err, c->U + i1 * n + i1, n);
     }
     return loss;
 }
@@ -529,6 +527,14 @@ static double run_tile(const gptq_ctx *c, int64_t r0, int64_t nr, float *buf, bo
         }
     }
     return loss;
+}
+
+void dsq_gptq_feedback(int64_t i, int64_t cnt, float *w1, const float *err, const float *U0, int64_t n)
+{
+    const int64_t p0 = i / DSQ_GPTQ_PANEL * DSQ_GPTQ_PANEL;
+    const int64_t p1 = p0 + DSQ_GPTQ_PANEL < cnt ? p0 + DSQ_GPTQ_PANEL : cnt;
+    dsq_rowupd_sub_f32(1, p1 - i - 1, w1 + i + 1, err + i, 1, U0 + i * n + i + 1, 0);
+    if (i == p1 - 1) dsq_rowupd_f32(1, p1 - p0, cnt - p1, w1 + p1, 0, err + p0, 0, 1, U0 + p0 * n + p1, n, -1);
 }
 
 dsq_status dsq_gptq_check_inputs(const float *w, int64_t rows, int64_t cols, const double *H, const char *name)

@@ -77,9 +77,8 @@ static double row_batch(const bctx *c, int64_t r, const float *wg, float *w1, fl
             }
             const float diff = w1[i] - v;
             loss += (double)diff * (double)diff / ((double)d * (double)d) / 2.0;
-            const float e = diff / d;
-            dsq_rowupd_sub_f32(1, cnt - i - 1, w1 + i + 1, &e, 1, c->U + col * n + col + 1, 0);
-            err[i] = e;
+            err[i] = diff / d;
+            dsq_gptq_feedback(i, cnt, w1, err, c->U + i1 * n + i1, n);
         }
     }
     return loss;

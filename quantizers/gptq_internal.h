@@ -54,4 +54,16 @@ static inline double dsq_gptq_damped(double h, bool diagonal, bool dead, double 
 dsq_status dsq_gptq_factor(const double *H, const int64_t *perm, const uint8_t *dead, int64_t n, const dsq_gptq_opts *o,
                            const char *name, float *U, dsq_gptq_report *rep);
 
+/* Column i's error feedback inside a lazy batch of cnt columns: w1 the
+ * batch's weights of one row, err[i] (already set) column i's scaled error,
+ * U0 the factor at the batch's first row and column (row stride n). Column
+ * i feeds the rest of its panel of DSQ_GPTQ_PANEL columns at once; the last
+ * column of a panel feeds every later column of the batch with the panel's
+ * errors in one rank-k update, whose rows of y stay in registers (a rank-1
+ * update per column loaded and stored each element once per column). Every
+ * element still takes its fused updates in column order, so the bits are
+ * those of the column-by-column loop. */
+#define DSQ_GPTQ_PANEL 16
+void dsq_gptq_feedback(int64_t i, int64_t cnt, float *w1, const float *err, const float *U0, int64_t n);
+
 #endif
