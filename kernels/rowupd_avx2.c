@@ -11,6 +11,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 
 #include <immintrin.h>
+#include <stdbool.h>
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -27,29 +28,74 @@ static __m256i mask32(int64_t left)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(left < 0 ? 0 : left > 8 ? 8 : (int)left), idx);
 }
 
+/* One column block of R rows: y's vectors stay in registers while the k rows
+ * of X stream past. Whole blocks load plainly (a masked load costs several
+ * times a plain one on AMD cores, and the k loop is load-bound); the
+ * coefficient is broadcast from memory, a load rather than a shuffle.
+ * Subtraction is fnmadd(c, x, y) = round(y - c x), the same bits as fma(-c, x, y). */
+#define ROWS_BODY(LOAD, BCAST, FMADD, FNMADD)                                                                         \
+    for (int r = 0; r < R; r++) v[r][0] = LOAD(y + r * ldy, 0), v[r][1] = LOAD(y + r * ldy, 1);                    \
+    if (sign < 0)                                                                                                  \
+        for (int64_t k = 0; k < nk; k++) {                                                                         \
+            const __typeof__(v[0][0]) x0 = LOAD(X + k * ldx, 0), x1 = LOAD(X + k * ldx, 1);                       \
+            for (int r = 0; r < R; r++) {                                                                          \
+                const __typeof__(v[0][0]) a = BCAST(c + r * ldc + k * cs);                                         \
+                v[r][0] = FNMADD(a, x0, v[r][0]);                                                                  \
+                v[r][1] = FNMADD(a, x1, v[r][1]);                                                                  \
+            }                                                                                                      \
+        }                                                                                                          \
+    else                                                                                                           \
+        for (int64_t k = 0; k < nk; k++) {                                                                         \
+            const __typeof__(v[0][0]) x0 = LOAD(X + k * ldx, 0), x1 = LOAD(X + k * ldx, 1);                       \
+            for (int r = 0; r < R; r++) {                                                                          \
+                const __typeof__(v[0][0]) a = BCAST(c + r * ldc + k * cs);                                         \
+                v[r][0] = FMADD(a, x0, v[r][0]);                                                                   \
+                v[r][1] = FMADD(a, x1, v[r][1]);                                                                   \
+            }                                                                                                      \
+        }
+
+INLINE void f64_block(const int R, bool whole, __m256i m0, __m256i m1, int64_t nk, double *y, int64_t ldy,
+                      const double *c, int64_t ldc, int64_t cs, const double *X, int64_t ldx, int sign)
+{
+    __m256d v[4][2];
+#define LD64(p, h) (whole ? _mm256_loadu_pd((p) + 4 * (h)) : _mm256_maskload_pd((p) + 4 * (h), (h) ? m1 : m0))
+    ROWS_BODY(LD64, _mm256_broadcast_sd, _mm256_fmadd_pd, _mm256_fnmadd_pd)
+#undef LD64
+    for (int r = 0; r < R; r++) {
+        if (whole) {
+            _mm256_storeu_pd(y + r * ldy, v[r][0]);
+            _mm256_storeu_pd(y + r * ldy + 4, v[r][1]);
+        } else {
+            _mm256_maskstore_pd(y + r * ldy, m0, v[r][0]);
+            _mm256_maskstore_pd(y + r * ldy + 4, m1, v[r][1]);
+        }
+    }
+}
+
 INLINE void f64_rows(const int R, int64_t nk, int64_t w, double *y, int64_t ldy, const double *c, int64_t ldc,
                      int64_t cs, const double *X, int64_t ldx, int sign)
 {
-    const double s = sign < 0 ? -1.0 : 1.0;
-    for (int64_t j0 = 0; j0 < w; j0 += 8) {
-        const __m256i m0 = mask64(w - j0), m1 = mask64(w - j0 - 4);
-        __m256d v[4][2];
-        for (int r = 0; r < R; r++) {
-            v[r][0] = _mm256_maskload_pd(y + r * ldy + j0, m0);
-            v[r][1] = _mm256_maskload_pd(y + r * ldy + j0 + 4, m1);
-        }
-        for (int64_t k = 0; k < nk; k++) {
-            const double *xk = X + k * ldx + j0;
-            const __m256d x0 = _mm256_maskload_pd(xk, m0), x1 = _mm256_maskload_pd(xk + 4, m1);
-            for (int r = 0; r < R; r++) {
-                const __m256d a = _mm256_set1_pd(s * c[r * ldc + k * cs]); /* exact: a sign */
-                v[r][0] = _mm256_fmadd_pd(a, x0, v[r][0]);
-                v[r][1] = _mm256_fmadd_pd(a, x1, v[r][1]);
-            }
-        }
-        for (int r = 0; r < R; r++) {
-            _mm256_maskstore_pd(y + r * ldy + j0, m0, v[r][0]);
-            _mm256_maskstore_pd(y + r * ldy + j0 + 4, m1, v[r][1]);
+    const __m256i none = _mm256_setzero_si256();
+    int64_t j0 = 0;
+    for (; j0 + 8 <= w; j0 += 8) f64_block(R, true, none, none, nk, y + j0, ldy, c, ldc, cs, X + j0, ldx, sign);
+    if (j0 < w)
+        f64_block(R, false, mask64(w - j0), mask64(w - j0 - 4), nk, y + j0, ldy, c, ldc, cs, X + j0, ldx, sign);
+}
+
+INLINE void f32_block(const int R, bool whole, __m256i m0, __m256i m1, int64_t nk, float *y, int64_t ldy,
+                      const float *c, int64_t ldc, int64_t cs, const float *X, int64_t ldx, int sign)
+{
+    __m256 v[4][2];
+#define LD32(p, h) (whole ? _mm256_loadu_ps((p) + 8 * (h)) : _mm256_maskload_ps((p) + 8 * (h), (h) ? m1 : m0))
+    ROWS_BODY(LD32, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_fnmadd_ps)
+#undef LD32
+    for (int r = 0; r < R; r++) {
+        if (whole) {
+            _mm256_storeu_ps(y + r * ldy, v[r][0]);
+            _mm256_storeu_ps(y + r * ldy + 8, v[r][1]);
+        } else {
+            _mm256_maskstore_ps(y + r * ldy, m0, v[r][0]);
+            _mm256_maskstore_ps(y + r * ldy + 8, m1, v[r][1]);
         }
     }
 }
@@ -57,29 +103,14 @@ INLINE void f64_rows(const int R, int64_t nk, int64_t w, double *y, int64_t ldy,
 INLINE void f32_rows(const int R, int64_t nk, int64_t w, float *y, int64_t ldy, const float *c, int64_t ldc, int64_t cs,
                      const float *X, int64_t ldx, int sign)
 {
-    const float s = sign < 0 ? -1.0f : 1.0f;
-    for (int64_t j0 = 0; j0 < w; j0 += 16) {
-        const __m256i m0 = mask32(w - j0), m1 = mask32(w - j0 - 8);
-        __m256 v[4][2];
-        for (int r = 0; r < R; r++) {
-            v[r][0] = _mm256_maskload_ps(y + r * ldy + j0, m0);
-            v[r][1] = _mm256_maskload_ps(y + r * ldy + j0 + 8, m1);
-        }
-        for (int64_t k = 0; k < nk; k++) {
-            const float *xk = X + k * ldx + j0;
-            const __m256 x0 = _mm256_maskload_ps(xk, m0), x1 = _mm256_maskload_ps(xk + 8, m1);
-            for (int r = 0; r < R; r++) {
-                const __m256 a = _mm256_set1_ps(s * c[r * ldc + k * cs]);
-                v[r][0] = _mm256_fmadd_ps(a, x0, v[r][0]);
-                v[r][1] = _mm256_fmadd_ps(a, x1, v[r][1]);
-            }
-        }
-        for (int r = 0; r < R; r++) {
-            _mm256_maskstore_ps(y + r * ldy + j0, m0, v[r][0]);
-            _mm256_maskstore_ps(y + r * ldy + j0 + 8, m1, v[r][1]);
-        }
-    }
+    const __m256i none = _mm256_setzero_si256();
+    int64_t j0 = 0;
+    for (; j0 + 16 <= w; j0 += 16) f32_block(R, true, none, none, nk, y + j0, ldy, c, ldc, cs, X + j0, ldx, sign);
+    if (j0 < w)
+        f32_block(R, false, mask32(w - j0), mask32(w - j0 - 8), nk, y + j0, ldy, c, ldc, cs, X + j0, ldx, sign);
 }
+
+#undef ROWS_BODY
 
 void dsq_rowupd_f64_avx2(int64_t nr, int64_t nk, int64_t w, double *y, int64_t ldy, const double *c, int64_t ldc,
                          int64_t cs, const double *X, int64_t ldx, int sign)
