@@ -33,25 +33,25 @@ static __m256i mask32(int64_t left)
  * times a plain one on AMD cores, and the k loop is load-bound); the
  * coefficient is broadcast from memory, a load rather than a shuffle.
  * Subtraction is fnmadd(c, x, y) = round(y - c x), the same bits as fma(-c, x, y). */
-#define ROWS_BODY(LOAD, BCAST, FMADD, FNMADD)                                                                         \
-    for (int r = 0; r < R; r++) v[r][0] = LOAD(y + r * ldy, 0), v[r][1] = LOAD(y + r * ldy, 1);                    \
-    if (sign < 0)                                                                                                  \
-        for (int64_t k = 0; k < nk; k++) {                                                                         \
-            const __typeof__(v[0][0]) x0 = LOAD(X + k * ldx, 0), x1 = LOAD(X + k * ldx, 1);                       \
-            for (int r = 0; r < R; r++) {                                                                          \
-                const __typeof__(v[0][0]) a = BCAST(c + r * ldc + k * cs);                                         \
-                v[r][0] = FNMADD(a, x0, v[r][0]);                                                                  \
-                v[r][1] = FNMADD(a, x1, v[r][1]);                                                                  \
-            }                                                                                                      \
-        }                                                                                                          \
-    else                                                                                                           \
-        for (int64_t k = 0; k < nk; k++) {                                                                         \
-            const __typeof__(v[0][0]) x0 = LOAD(X + k * ldx, 0), x1 = LOAD(X + k * ldx, 1);                       \
-            for (int r = 0; r < R; r++) {                                                                          \
-                const __typeof__(v[0][0]) a = BCAST(c + r * ldc + k * cs);                                         \
-                v[r][0] = FMADD(a, x0, v[r][0]);                                                                   \
-                v[r][1] = FMADD(a, x1, v[r][1]);                                                                   \
-            }                                                                                                      \
+#define ROWS_BODY(LOAD, BCAST, FMADD, FNMADD)                                                                          \
+    for (int r = 0; r < R; r++) v[r][0] = LOAD(y + r * ldy, 0), v[r][1] = LOAD(y + r * ldy, 1);                        \
+    if (sign < 0)                                                                                                      \
+        for (int64_t k = 0; k < nk; k++) {                                                                             \
+            const __typeof__(v[0][0]) x0 = LOAD(X + k * ldx, 0), x1 = LOAD(X + k * ldx, 1);                            \
+            for (int r = 0; r < R; r++) {                                                                              \
+                const __typeof__(v[0][0]) a = BCAST(c + r * ldc + k * cs);                                             \
+                v[r][0] = FNMADD(a, x0, v[r][0]);                                                                      \
+                v[r][1] = FNMADD(a, x1, v[r][1]);                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+    else                                                                                                               \
+        for (int64_t k = 0; k < nk; k++) {                                                                             \
+            const __typeof__(v[0][0]) x0 = LOAD(X + k * ldx, 0), x1 = LOAD(X + k * ldx, 1);                            \
+            for (int r = 0; r < R; r++) {                                                                              \
+                const __typeof__(v[0][0]) a = BCAST(c + r * ldc + k * cs);                                             \
+                v[r][0] = FMADD(a, x0, v[r][0]);                                                                       \
+                v[r][1] = FMADD(a, x1, v[r][1]);                                                                       \
+            }                                                                                                          \
         }
 
 INLINE void f64_block(const int R, bool whole, __m256i m0, __m256i m1, int64_t nk, double *y, int64_t ldy,
@@ -78,8 +78,7 @@ INLINE void f64_rows(const int R, int64_t nk, int64_t w, double *y, int64_t ldy,
     const __m256i none = _mm256_setzero_si256();
     int64_t j0 = 0;
     for (; j0 + 8 <= w; j0 += 8) f64_block(R, true, none, none, nk, y + j0, ldy, c, ldc, cs, X + j0, ldx, sign);
-    if (j0 < w)
-        f64_block(R, false, mask64(w - j0), mask64(w - j0 - 4), nk, y + j0, ldy, c, ldc, cs, X + j0, ldx, sign);
+    if (j0 < w) f64_block(R, false, mask64(w - j0), mask64(w - j0 - 4), nk, y + j0, ldy, c, ldc, cs, X + j0, ldx, sign);
 }
 
 INLINE void f32_block(const int R, bool whole, __m256i m0, __m256i m1, int64_t nk, float *y, int64_t ldy,
@@ -106,8 +105,7 @@ INLINE void f32_rows(const int R, int64_t nk, int64_t w, float *y, int64_t ldy, 
     const __m256i none = _mm256_setzero_si256();
     int64_t j0 = 0;
     for (; j0 + 16 <= w; j0 += 16) f32_block(R, true, none, none, nk, y + j0, ldy, c, ldc, cs, X + j0, ldx, sign);
-    if (j0 < w)
-        f32_block(R, false, mask32(w - j0), mask32(w - j0 - 8), nk, y + j0, ldy, c, ldc, cs, X + j0, ldx, sign);
+    if (j0 < w) f32_block(R, false, mask32(w - j0), mask32(w - j0 - 8), nk, y + j0, ldy, c, ldc, cs, X + j0, ldx, sign);
 }
 
 #undef ROWS_BODY

@@ -548,6 +548,12 @@ dsq_status dsq_gptq_check_inputs(const float *w, int64_t rows, int64_t cols, con
             return dsq_fail(DSQ_ERR_NUMERIC, "gptq: layer %s: Hessian entry (%lld, %lld) is not finite", name,
                             (long long)(i / cols), (long long)(i % cols));
     for (int64_t i = 0; i < cols; i++)
+        for (int64_t j = i + 1; j < cols; j++)
+            if (H[i * cols + j] != H[j * cols + i])
+                return dsq_fail(
+                    DSQ_ERR_ARG, "gptq: layer %s: Hessian is not symmetric: (%lld, %lld) is %g, (%lld, %lld) %g", name,
+                    (long long)i, (long long)j, H[i * cols + j], (long long)j, (long long)i, H[j * cols + i]);
+    for (int64_t i = 0; i < cols; i++)
         if (H[i * cols + i] < 0.0)
             return dsq_fail(DSQ_ERR_NUMERIC, "gptq: layer %s: Hessian diagonal %lld is negative (%g)", name,
                             (long long)i, H[i * cols + i]);
@@ -562,44 +568,70 @@ int dsq_gptq_key_cmp(const void *pa, const void *pb)
     return a->i < b->i ? -1 : a->i > b->i;
 }
 
+/* a[i][j] (i >= j) = the damped Hp[n-1-i][n-1-j], Hp = H permuted with dead
+ * diagonals set to 1, written into H's own lower triangle and diagonal: the
+ * values come from H's strict upper triangle (H is symmetric) and from diag,
+ * H's diagonal saved before, so nothing read is overwritten. */
+static void fill_factor_input(double *H, const double *diag, const int64_t *perm, const uint8_t *dead, int64_t n,
+                              double damp)
+{
+#pragma omp parallel for schedule(dynamic, 16)
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t pi = perm[n - 1 - i];
+        for (int64_t j = 0; j <= i; j++) {
+            const int64_t pj = perm[n - 1 - j];
+            const double h = pi == pj ? diag[pi] : H[(pi < pj ? pi : pj) * n + (pi < pj ? pj : pi)];
+            H[i * n + j] = dsq_gptq_damped(h, pi == pj, dead[pi], damp);
+        }
+    }
+}
+
+/* H as the caller gave it: the diagonal from diag, the strict lower triangle
+ * mirrored from the upper (in tiles, so both sides stay in cache). */
+static void restore_hessian(double *H, const double *diag, int64_t n)
+{
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i0 = 0; i0 < n; i0 += 64)
+        for (int64_t j0 = 0; j0 <= i0; j0 += 64)
+            for (int64_t i = i0; i < i0 + 64 && i < n; i++)
+                for (int64_t j = j0; j < j0 + 64 && j < i; j++) H[i * n + j] = H[j * n + i];
+    for (int64_t i = 0; i < n; i++) H[i * n + i] = diag[i];
+}
+
 /* Damped, permuted, index-reversed Hessian factored into U (float, processing
- * order), with retries at larger dampening. */
-dsq_status dsq_gptq_factor(const double *H, const int64_t *perm, const uint8_t *dead, int64_t n, const dsq_gptq_opts *o,
+ * order), with retries at larger dampening. The factor is formed in H's lower
+ * triangle (a separate double copy was the largest buffer of a 70B layer's
+ * solve: 6 GiB for its 28672-wide down_proj), and H is restored before return. */
+dsq_status dsq_gptq_factor(double *H, const int64_t *perm, const uint8_t *dead, int64_t n, const dsq_gptq_opts *o,
                            const char *name, float *U, dsq_gptq_report *rep)
 {
-    double *a = dsq_gptq_alloc_square(n, sizeof(double));
+    double *diag = malloc((size_t)n * sizeof(double));
     double *scratch = malloc((size_t)n * CHOL_NB * sizeof(double));
-    if (!a || !scratch) {
-        free(a);
+    if (!diag || !scratch) {
+        free(diag);
         free(scratch);
         return dsq_fail(DSQ_ERR_NOMEM, "gptq: layer %s: out of memory for a [%lld x %lld] Hessian", name, (long long)n,
                         (long long)n);
     }
+    for (int64_t i = 0; i < n; i++) diag[i] = H[i * n + i];
     double mean = 0.0;
-    for (int64_t i = 0; i < n; i++) mean += dead[perm[i]] ? 1.0 : H[perm[i] * n + perm[i]];
+    for (int64_t i = 0; i < n; i++) mean += dead[perm[i]] ? 1.0 : diag[perm[i]];
     mean /= (double)n;
     double p = o->percdamp, first = p;
     int tries = 0;
     int64_t bad = -1;
     for (;;) {
         tries++;
-        const double damp = p * mean;
-        /* a[i][j] = Hp[n-1-i][n-1-j], Hp = H permuted with dead diagonals set to 1. */
-        for (int64_t i = 0; i < n; i++) {
-            const int64_t pi = perm[n - 1 - i];
-            for (int64_t j = 0; j < n; j++) {
-                const int64_t pj = perm[n - 1 - j];
-                a[i * n + j] = dsq_gptq_damped(H[pi * n + pj], pi == pj, dead[pi], damp);
-            }
-        }
-        bad = chol_lower(a, n, scratch);
+        fill_factor_input(H, diag, perm, dead, n, p * mean);
+        bad = chol_lower(H, n, scratch);
         if (bad >= 0) bad = n - 1 - bad; /* in H's (permuted) indices */
         if (bad < 0 || p >= 1.0) break;
         p = p < 0.005 ? 0.01 : (2.0 * p < 1.0 ? 2.0 * p : 1.0);
         DSQ_LOGW("gptq: layer %s: Hessian did not factor; retrying with dampening %g", name, p);
     }
-    dsq_status st = bad < 0 ? tri_inv_reversed(a, n, U, NULL) : DSQ_OK;
-    free(a);
+    dsq_status st = bad < 0 ? tri_inv_reversed(H, n, U, NULL) : DSQ_OK;
+    restore_hessian(H, diag, n);
+    free(diag);
     free(scratch);
     if (st != DSQ_OK) return st;
     if (bad >= 0)
@@ -641,7 +673,7 @@ static double tile_fn(const void *ctx, int64_t r0, int64_t nr, float *buf)
     return run_tile(c, r0, nr, buf, c->static_groups);
 }
 
-dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, const double *H, const dsq_gptq_opts *o,
+dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, double *H, const dsq_gptq_opts *o,
                              dsq_intq *out, dsq_gptq_report *report)
 {
     const char *name = o && o->name ? o->name : "?";

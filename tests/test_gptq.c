@@ -30,6 +30,7 @@
 #include "core/status.h"
 #include "kernels/cpu.h"
 #include "quantizers/gptq.h"
+#include "quantizers/gptq_blocks.h"
 #include "quantizers/intq.h"
 #include "tests/helpers/testutil.h"
 
@@ -546,6 +547,62 @@ static void test_damping_retry_and_failure(void **state)
     free(w);
 }
 
+/* H is the factorization's workspace (its lower triangle holds the factor
+ * meanwhile) and comes back bit for bit on every path: with and without
+ * act-order, after a Hessian that does not factor even at full dampening,
+ * and into GGUF blocks; the result equals the one on a fresh copy of H. An
+ * asymmetric H is refused by name, untouched. */
+static void test_hessian_restored(void **state)
+{
+    (void)state;
+    const int rows = 8, cols = 96, n = 256;
+    float *x = correlated_inputs(n, cols, 31);
+    double *H = hessian_of(x, n, cols);
+    double *keep = malloc(sizeof(double) * cols * cols);
+    memcpy(keep, H, sizeof(double) * cols * cols);
+    float *w = random_weight(rows, cols, 32);
+    for (int act = 0; act < 2; act++) {
+        dsq_gptq_opts o = dsq_gptq_default_opts();
+        o.q.group_size = 32;
+        o.act_order = act;
+        dsq_intq a, b;
+        assert_int_equal(dsq_gptq_quantize(w, rows, cols, H, &o, &a, NULL), DSQ_OK);
+        assert_memory_equal(H, keep, sizeof(double) * cols * cols);
+        assert_int_equal(dsq_gptq_quantize(w, rows, cols, H, &o, &b, NULL), DSQ_OK);
+        assert_memory_equal(a.codes, b.codes, (size_t)rows * cols);
+        assert_memory_equal(a.scales, b.scales, sizeof(float) * rows * a.n_groups);
+        dsq_intq_free(&a);
+        dsq_intq_free(&b);
+    }
+    dsq_gptq_blocks_opts bo = {.type = DSQ_TYPE_Q4_0, .percdamp = 0.01, .act_order = true, .name = "blk.0.ffn_up"};
+    uint8_t *out = malloc((size_t)rows * (cols / 32) * 18);
+    assert_int_equal(dsq_gptq_blocks_quantize(w, rows, cols, H, &bo, out, NULL), DSQ_OK);
+    assert_memory_equal(H, keep, sizeof(double) * cols * cols);
+    free(out);
+    /* not positive definite at any dampening: an error, H as it was */
+    double *bad = calloc((size_t)cols * cols, sizeof(double));
+    for (int i = 0; i < cols; i++) bad[i * cols + i] = 1.0;
+    bad[1] = bad[cols] = 3.0;
+    memcpy(keep, bad, sizeof(double) * cols * cols);
+    dsq_gptq_opts o = dsq_gptq_default_opts();
+    o.q.group_size = 32;
+    dsq_intq q;
+    assert_int_equal(dsq_gptq_quantize(w, rows, cols, bad, &o, &q, NULL), DSQ_ERR_NUMERIC);
+    assert_memory_equal(bad, keep, sizeof(double) * cols * cols);
+    /* asymmetric: refused, naming the entry */
+    bad[1] = 2.0;
+    o.name = "model.layers.0.mlp.up_proj";
+    assert_int_equal(dsq_gptq_quantize(w, rows, cols, bad, &o, &q, NULL), DSQ_ERR_ARG);
+    assert_non_null(strstr(dsq_errmsg(), "not symmetric"));
+    assert_non_null(strstr(dsq_errmsg(), "up_proj"));
+    assert_non_null(strstr(dsq_errmsg(), "(0, 1)"));
+    free(bad);
+    free(keep);
+    free(H);
+    free(w);
+    free(x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -554,6 +611,7 @@ int main(void)
         cmocka_unit_test(test_diagonal_equals_rtn),       cmocka_unit_test(test_beats_rtn),
         cmocka_unit_test(test_act_order_g_idx),           cmocka_unit_test(test_dead_columns),
         cmocka_unit_test(test_damping_retry_and_failure), cmocka_unit_test(test_refit_scales),
+        cmocka_unit_test(test_hessian_restored),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
