@@ -195,6 +195,17 @@ dsq_status dsq_hessian_add(dsq_hessian *h, const float *x, int64_t n_rows)
     return st;
 }
 
+/* The strict lower triangle of h [n x n] from its upper, in 64 x 64 tiles so
+ * both sides stay in cache. */
+static void mirror_upper(double *h, int64_t n)
+{
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i0 = 0; i0 < n; i0 += 64)
+        for (int64_t j0 = 0; j0 <= i0; j0 += 64)
+            for (int64_t i = i0; i < i0 + 64 && i < n; i++)
+                for (int64_t j = j0; j < j0 + 64 && j < i; j++) h[i * n + j] = h[j * n + i];
+}
+
 dsq_status dsq_hessian_finalize(dsq_hessian *h)
 {
     if (!h || !h->h || h->final) return dsq_fail(DSQ_ERR_ARG, "hessian: not open for finalizing");
@@ -211,11 +222,7 @@ dsq_status dsq_hessian_finalize(dsq_hessian *h)
 #pragma omp parallel for schedule(dynamic, 16)
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = i; j < n; j++) h->h[i * n + j] *= f;
-#pragma omp parallel for schedule(dynamic, 1) /* the lower triangle from the upper, in tiles so both stay in cache */
-    for (int64_t i0 = 0; i0 < n; i0 += 64)
-        for (int64_t j0 = 0; j0 <= i0; j0 += 64)
-            for (int64_t i = i0; i < i0 + 64 && i < n; i++)
-                for (int64_t j = j0; j < j0 + 64 && j < i; j++) h->h[i * n + j] = h->h[j * n + i];
+    mirror_upper(h->h, n);
     h->final = true;
     return DSQ_OK;
 }
@@ -587,14 +594,10 @@ static void fill_factor_input(double *H, const double *diag, const int64_t *perm
 }
 
 /* H as the caller gave it: the diagonal from diag, the strict lower triangle
- * mirrored from the upper (in tiles, so both sides stay in cache). */
+ * from the upper. */
 static void restore_hessian(double *H, const double *diag, int64_t n)
 {
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t i0 = 0; i0 < n; i0 += 64)
-        for (int64_t j0 = 0; j0 <= i0; j0 += 64)
-            for (int64_t i = i0; i < i0 + 64 && i < n; i++)
-                for (int64_t j = j0; j < j0 + 64 && j < i; j++) H[i * n + j] = H[j * n + i];
+    mirror_upper(H, n);
     for (int64_t i = 0; i < n; i++) H[i * n + i] = diag[i];
 }
 
