@@ -90,7 +90,7 @@ static void test_paths_agree(void **state)
 {
     (void)state;
     static const int64_t nrs[] = {1, 2, 3, 4, 5, 9}, nks[] = {0, 1, 2, 7, 64},
-                         ws[] = {0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 130};
+                         ws[] = {0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 101, 130};
     if (!dsq_cpu_has_avx2_fma()) print_message("no AVX2+FMA on this CPU: its rows run the scalar path\n");
     if (!dsq_cpu_has(DSQ_CPU_AVX512F)) print_message("no AVX512F on this CPU: the auto rows run AVX2 or scalar\n");
     for (size_t p = 0; p < sizeof g_isas / sizeof *g_isas; p++) {
