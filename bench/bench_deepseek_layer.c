@@ -39,6 +39,7 @@
 #include "formats/convert.h"
 #include "formats/safetensors.h"
 #include "kernels/cpu.h"
+#include "kernels/gemm_bf16.h"
 #include "runtime/model.h"
 
 enum { HID = 7168, QL = 1536, KVL = 512, NOPE = 128, ROPE = 64, VH = 128, HEADS = 128, MOE = 2048, VOCAB = 1024 };
@@ -212,7 +213,7 @@ static void stage_quant(const char *in, const char *out, int tokens, const dsq_m
     o.method = method;
     o.q.bits = 4, o.q.group_size = 128, o.q.sym = !awq;
     if (awq) o.awq.q = o.q;
-    o.bf16 = dsq_cpu_has_avx512bf16();
+    o.bf16 = dsq_gemm_bf16_preferred();
     dsq_int_spec spec = {.format = DSQ_INT_FORMAT_CT, .bits = 4, .group = 128, .sym = !awq, .damp = 0.01};
     dsq_outdir *d;
     dsq_seq_report rep;
@@ -220,8 +221,8 @@ static void stage_quant(const char *in, const char *out, int tokens, const dsq_m
     if (dsq_int_export(m, &c, &o, &spec, d, &rep, NULL) != DSQ_OK) die(in);
     if (dsq_outdir_commit(d) != DSQ_OK) die(out);
     printf("%s: %lld linears, %.1f s, experts' tokens min %lld median %lld max %lld\n", method->name,
-           (long long)rep.n_quantized,
-           rep.seconds, (long long)rep.moe_tok_min, (long long)rep.moe_tok_median, (long long)rep.moe_tok_max);
+           (long long)rep.n_quantized, rep.seconds, (long long)rep.moe_tok_min, (long long)rep.moe_tok_median,
+           (long long)rep.moe_tok_max);
     free(c.tokens);
     dsq_model_close(m);
 }
@@ -344,8 +345,9 @@ int main(int argc, char **argv)
     char *aw[] = {argv[0], "--workdir", (char *)work, "--tokens", nt, "--stage", "awq", NULL};
     run_result ra = run_child(aw);
     if (ra.status) return 1;
-    printf("awq 4-bit g128 zero point, %d tokens: %.1f s for the layer (x61: %.1f h), peak RSS %.0f MiB (target 8192)\n",
-           tokens, ra.secs, ra.secs * 61 / 3600, ra.rss_mb);
+    printf(
+        "awq 4-bit g128 zero point, %d tokens: %.1f s for the layer (x61: %.1f h), peak RSS %.0f MiB (target 8192)\n",
+        tokens, ra.secs, ra.secs * 61 / 3600, ra.rss_mb);
     if (!keep) {
         snprintf(cpcmd, sizeof cpcmd, "rm -rf -- '%s' '%s'", fp8, gq);
         if (system(cpcmd) != 0) fprintf(stderr, "bench_deepseek_layer: cleaning up failed\n");

@@ -44,6 +44,7 @@
 #include "formats/convert.h"
 #include "formats/safetensors.h"
 #include "kernels/cpu.h"
+#include "kernels/gemm_bf16.h"
 #include "runtime/model.h"
 
 enum { VOCAB = 1024, HEAD_DIM = 128, DEFAULT_WINDOWS = 128 };
@@ -200,8 +201,8 @@ static void stage_quant(const char *in, const char *out, const dsq_method *metho
     if (awq)
         o.awq.q = o.q;
     else
-        o.refit = true;                /* the CLI's gptq default */
-    o.bf16 = dsq_cpu_has_avx512bf16(); /* --compute auto */
+        o.refit = true;                 /* the CLI's gptq default */
+    o.bf16 = dsq_gemm_bf16_preferred(); /* --compute auto */
     dsq_int_spec spec = {.format = DSQ_INT_FORMAT_CT, .bits = 4, .group = 128, .sym = !awq, .damp = 0.01};
     dsq_outdir *d;
     dsq_seq_report rep;

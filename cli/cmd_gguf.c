@@ -16,6 +16,7 @@
 #include "formats/gguf_quantize.h"
 #include "formats/imatrix.h"
 #include "kernels/cpu.h"
+#include "kernels/gemm_bf16.h"
 #include "quantizers/mixes.h"
 
 static const char g_usage[] =
@@ -67,7 +68,7 @@ static const char g_usage[] =
     "  --finalists K              awq: grid points run on every loss window after all\n"
     "                             were run on the first eighth (default 4; 0: every\n"
     "                             point on every window, as AutoAWQ)\n"
-    "  --compute P                bf16, f32 or auto (default: bf16 with AVX512-BF16)\n"
+    "  --compute P                bf16, f32 or auto (default: bf16 with AMX-BF16)\n"
     "\n"
     "budgets (each tensor's type chosen from the candidates by measured sensitivity):\n"
     "  --target-bpw B             at most B bits per weight, least predicted KLD\n"
@@ -419,7 +420,7 @@ static dsq_status write_out(gguf_args *a, written *w)
     memset(w, 0, sizeof *w);
     if (!a->method) return dsq_gguf_quantize(a->in, a->out, &a->opt, &w->r);
     a->co.method = dsq_method_find(a->method);
-    a->co.bf16 = a->compute == 1 || (a->compute < 0 && dsq_cpu_has_avx512bf16());
+    a->co.bf16 = a->compute == 1 || (a->compute < 0 && dsq_gemm_bf16_preferred());
     DSQ_TRY(dsq_gguf_calib_quantize(a->in, a->out, &a->opt, &a->co, &w->c));
     w->calibrated = true;
     w->r = w->c.gguf;

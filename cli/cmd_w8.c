@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "formats/block.h"
 #include "calibration/dataset.h"
 #include "calibration/int_export.h"
 #include "calibration/sequential.h"
@@ -19,8 +18,10 @@
 #include "core/fileio.h"
 #include "core/log.h"
 #include "core/status.h"
+#include "formats/block.h"
 #include "formats/pack_w8.h"
 #include "kernels/cpu.h"
+#include "kernels/gemm_bf16.h"
 #include "runtime/model.h"
 #include "runtime/tokenizer.h"
 
@@ -243,7 +244,7 @@ typedef struct results {
     dsq_seq_report rep;
     dsq_calib_set calib;
     bool data;
-    float *alphas; /* [n_layers x DSQ_BLOCK_MAX_GROUPS] */
+    float *alphas;      /* [n_layers x DSQ_BLOCK_MAX_GROUPS] */
     long *layer_rss_kb; /* [n_layers]: peak RSS as each layer was done */
     int n_layers;
     const dsq_block_desc *block;
@@ -261,7 +262,7 @@ static void seq_opts(const wargs *a, dsq_seq_opts *o, results *r)
     o->w8.kv_fp8 = a->kv_fp8;
     o->w8.alpha_out = r->alphas;
     o->threads = a->threads;
-    o->bf16 = dsq_cpu_has_avx512bf16(); /* as --compute auto of rtn/awq/gptq */
+    o->bf16 = dsq_gemm_bf16_preferred(); /* as --compute auto of rtn/awq/gptq */
 }
 
 static dsq_status quantize_into(const wargs *a, dsq_model *m, const dsq_tokenizer *tok, dsq_outdir *d, results *r)

@@ -2,7 +2,8 @@
  * the matching rows of op(B) are packed into 16-wide panels (zero padded), so
  * the micro-kernel streams one panel from L1 while 6 rows of A are broadcast
  * one element at a time (12 rows against two panels with AVX-512). Edge tiles
- * (fewer than 6 rows or 16 columns) run the same kernel on padded copies. */
+ * (fewer than 6 rows or 16 columns) run the same kernel on padded copies, or
+ * with AVX-512 an edge kernel that masks instead. */
 #include "kernels/gemm.h"
 
 #include <stdlib.h>
@@ -50,6 +51,13 @@ void dsq_gemm_kernel_scalar(int64_t kc, const float *A, int64_t lda, const float
 static void pack_b(dsq_gemm_b bl, int64_t n, int64_t k0, int64_t kc, const float *B, int64_t ldb, float *Bp)
 {
     int64_t np = panels_of(n);
+    if (bl == DSQ_GEMM_BT && dsq_cpu_use_avx512_gemm()) {
+        for (int64_t q = 0; q < np; q++) {
+            int64_t c0 = q * NR, nc = n - c0 < NR ? n - c0 : NR;
+            dsq_gemm_pack_bt_avx512(B + c0 * ldb + k0, ldb, nc, kc, Bp + q * NR * kc);
+        }
+        return;
+    }
     for (int64_t q = 0; q < np; q++) {
         float *dst = Bp + q * NR * kc;
         int64_t c0 = q * NR, nc = n - c0 < NR ? n - c0 : NR;
@@ -59,6 +67,8 @@ static void pack_b(dsq_gemm_b bl, int64_t n, int64_t k0, int64_t kc, const float
                 const float *src = B + (c0 + c) * ldb + k0;
                 for (int64_t p = 0; p < kc; p++) dst[p * NR + c] = src[p];
             }
+        } else if (nc == NR) { /* a constant size: inlined vector moves, not a call per row */
+            for (int64_t p = 0; p < kc; p++) memcpy(dst + p * NR, B + (k0 + p) * ldb + c0, NR * sizeof(float));
         } else {
             for (int64_t p = 0; p < kc; p++) memcpy(dst + p * NR, B + (k0 + p) * ldb + c0, (size_t)nc * sizeof(float));
         }
@@ -114,20 +124,25 @@ static void narrow_tiles(const kblock *b, int64_t i0, int64_t i1, int64_t q0)
     }
 }
 
-/* Whole 12-row blocks in 12x32 tiles over pairs of whole panels; what is
- * left (the last rows, a last odd or partial panel) in 6x16 tiles, whose
- * bits per element are the same. Returns the first row not done. */
-static int64_t wide_tiles(const kblock *b)
+/* Every tile on AVX-512: 12x32 tiles over pairs of panels, and the edges
+ * (the last rows, a last odd or partial panel) on the edge kernel, which
+ * reads only the rows there are and masks the columns: no padded copies,
+ * and the bits per element of the 6x16 kernels. */
+static void wide_tiles(const kblock *b)
 {
-    int64_t pairs = b->n / DSQ_GEMM_WIDE_NR, i0 = 0;
-    for (; i0 + DSQ_GEMM_WIDE_MR <= b->m; i0 += DSQ_GEMM_WIDE_MR) {
+    for (int64_t i0 = 0; i0 < b->m; i0 += DSQ_GEMM_WIDE_MR) {
+        const int64_t mr = b->m - i0 < DSQ_GEMM_WIDE_MR ? b->m - i0 : DSQ_GEMM_WIDE_MR;
         const float *Ab = b->A + i0 * b->lda;
-        for (int64_t q2 = 0; q2 < pairs; q2++)
-            dsq_gemm_kernel_avx512(b->kc, Ab, b->lda, b->Bp + 2 * q2 * NR * b->kc, b->C + i0 * b->ldc + q2 * 2 * NR,
-                                   b->ldc, b->acc);
-        narrow_tiles(b, i0, i0 + DSQ_GEMM_WIDE_MR, 2 * pairs);
+        for (int64_t q = 0; q < b->np; q += 2) {
+            const int64_t nr = b->n - q * NR < DSQ_GEMM_WIDE_NR ? b->n - q * NR : DSQ_GEMM_WIDE_NR;
+            float *Cb = b->C + i0 * b->ldc + q * NR;
+            const float *Bq = b->Bp + q * NR * b->kc;
+            if (mr == DSQ_GEMM_WIDE_MR && nr == DSQ_GEMM_WIDE_NR)
+                dsq_gemm_kernel_avx512(b->kc, Ab, b->lda, Bq, Cb, b->ldc, b->acc);
+            else
+                dsq_gemm_kernel_avx512_edge(mr, nr, b->kc, Ab, b->lda, Bq, Cb, b->ldc, b->acc);
+        }
     }
-    return i0;
 }
 
 void dsq_gemm_f32(dsq_gemm_b bl, int64_t m, int64_t n, int64_t k, const float *A, int64_t lda, const float *B,
@@ -147,7 +162,9 @@ void dsq_gemm_f32(dsq_gemm_b bl, int64_t m, int64_t n, int64_t k, const float *A
         int64_t kc = k - k0 < KC ? k - k0 : KC;
         pack_b(bl, n, k0, kc, B, ldb, Bp);
         kblock b = {kern, m, n, np, kc, A + k0, lda, Bp, C, ldc, accumulate || k0 > 0, apad, ctmp};
-        int64_t i0 = wide ? wide_tiles(&b) : 0;
-        narrow_tiles(&b, i0, m, 0);
+        if (wide)
+            wide_tiles(&b);
+        else
+            narrow_tiles(&b, 0, m, 0);
     }
 }

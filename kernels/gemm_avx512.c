@@ -12,6 +12,8 @@
 
 #include <immintrin.h>
 
+#include "kernels/transpose_avx512.h"
+
 #define ROW(i)                                                                                                         \
     do {                                                                                                               \
         __m512 a = _mm512_set1_ps(A[(i)*lda + p]);                                                                     \
@@ -67,6 +69,81 @@ void dsq_gemm_kernel_avx512(int64_t kc, const float *A, int64_t lda, const float
     STORE(11);
 }
 
+/* The edge tile: R rows (a constant in each instantiation) against NV
+ * panels, masked at column nr. The accumulators start at zero and take the
+ * fused multiply-adds in k order, then C is added when accumulating: per
+ * element, the sequence of the full kernel. */
+static inline __attribute__((always_inline)) void edge_rows(const int R, const int NV, int64_t nr, int64_t kc,
+                                                            const float *A, int64_t lda, const float *Bp, float *C,
+                                                            int64_t ldc, bool accumulate)
+{
+    const float *Bq = Bp + 16 * kc;
+    const __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1u);
+    const __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1u);
+    __m512 c[12][2];
+    for (int i = 0; i < R; i++) c[i][0] = c[i][1] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < kc; p++) {
+        const __m512 b0 = _mm512_loadu_ps(Bp + p * 16);
+        const __m512 b1 = NV > 1 ? _mm512_loadu_ps(Bq + p * 16) : b0;
+        for (int i = 0; i < R; i++) {
+            const __m512 a = _mm512_set1_ps(A[i * lda + p]);
+            c[i][0] = _mm512_fmadd_ps(a, b0, c[i][0]);
+            if (NV > 1) c[i][1] = _mm512_fmadd_ps(a, b1, c[i][1]);
+        }
+    }
+    for (int i = 0; i < R; i++) {
+        float *ci = C + i * ldc;
+        if (accumulate) c[i][0] = _mm512_add_ps(c[i][0], _mm512_maskz_loadu_ps(m0, ci));
+        _mm512_mask_storeu_ps(ci, m0, c[i][0]);
+        if (NV > 1) {
+            if (accumulate) c[i][1] = _mm512_add_ps(c[i][1], _mm512_maskz_loadu_ps(m1, ci + 16));
+            _mm512_mask_storeu_ps(ci + 16, m1, c[i][1]);
+        }
+    }
+}
+
+void dsq_gemm_pack_bt_avx512(const float *B, int64_t ldb, int64_t nc, int64_t kc, float *dst)
+{
+    for (int64_t p0 = 0; p0 < kc; p0 += 16) {
+        const int64_t kn = kc - p0 < 16 ? kc - p0 : 16;
+        const __mmask16 m = kn >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << kn) - 1u);
+        __m512i r[16];
+        for (int64_t i = 0; i < 16; i++)
+            r[i] = i < nc ? _mm512_castps_si512(_mm512_maskz_loadu_ps(m, B + i * ldb + p0)) : _mm512_setzero_si512();
+        dsq_transpose16_epi32(r);
+        for (int64_t j = 0; j < kn; j++) _mm512_storeu_si512(dst + (p0 + j) * 16, r[j]);
+    }
+}
+
+#define EDGE_CASE(R)                                                                                                   \
+    case R:                                                                                                            \
+        if (nr > 16)                                                                                                   \
+            edge_rows(R, 2, nr, kc, A, lda, Bp, C, ldc, accumulate);                                                   \
+        else                                                                                                           \
+            edge_rows(R, 1, nr, kc, A, lda, Bp, C, ldc, accumulate);                                                   \
+        break;
+
+void dsq_gemm_kernel_avx512_edge(int64_t mr, int64_t nr, int64_t kc, const float *A, int64_t lda, const float *Bp,
+                                 float *C, int64_t ldc, bool accumulate)
+{
+    switch (mr) {
+        EDGE_CASE(1)
+        EDGE_CASE(2)
+        EDGE_CASE(3)
+        EDGE_CASE(4)
+        EDGE_CASE(5)
+        EDGE_CASE(6)
+        EDGE_CASE(7)
+        EDGE_CASE(8)
+        EDGE_CASE(9)
+        EDGE_CASE(10)
+        EDGE_CASE(11)
+    default: edge_rows(12, nr > 16 ? 2 : 1, nr, kc, A, lda, Bp, C, ldc, accumulate); break;
+    }
+}
+
+#undef EDGE_CASE
+
 #else
 
 /* Never dispatched off x86-64 (dsq_cpu_use_avx512_gemm() is false there). */
@@ -74,6 +151,17 @@ void dsq_gemm_kernel_avx512(int64_t kc, const float *A, int64_t lda, const float
                             bool accumulate)
 {
     (void)kc, (void)A, (void)lda, (void)Bp, (void)C, (void)ldc, (void)accumulate;
+}
+
+void dsq_gemm_pack_bt_avx512(const float *B, int64_t ldb, int64_t nc, int64_t kc, float *dst)
+{
+    (void)B, (void)ldb, (void)nc, (void)kc, (void)dst;
+}
+
+void dsq_gemm_kernel_avx512_edge(int64_t mr, int64_t nr, int64_t kc, const float *A, int64_t lda, const float *Bp,
+                                 float *C, int64_t ldc, bool accumulate)
+{
+    (void)mr, (void)nr, (void)kc, (void)A, (void)lda, (void)Bp, (void)C, (void)ldc, (void)accumulate;
 }
 
 #endif

@@ -80,6 +80,11 @@ bool dsq_gemm_bf16_path_available(dsq_gemm_bf16_path p)
     }
 }
 
+bool dsq_gemm_bf16_preferred(void)
+{
+    return dsq_cpu_use_bf16_gemm() && dsq_gemm_bf16_path_available(DSQ_GEMM_BF16_AMX);
+}
+
 dsq_gemm_bf16_path dsq_gemm_bf16_path_for(int64_t m)
 {
     if (!dsq_cpu_use_bf16_gemm()) return dsq_cpu_use_avx2() ? DSQ_GEMM_BF16_AVX2 : DSQ_GEMM_BF16_SCALAR;

@@ -50,6 +50,14 @@ bool dsq_gemm_bf16_path_available(dsq_gemm_bf16_path p);
  * dsq_cpu_set_isa(DSQ_CPU_ISA_SCALAR) holds). */
 dsq_gemm_bf16_path dsq_gemm_bf16_path_for(int64_t m);
 
+/* Whether BF16 products outrun the F32 GEMM on this CPU, the choice of
+ * `--compute auto`: only with AMX-BF16 (tiles at several times the F32
+ * rate). AVX512-BF16 alone does not pay: on the Xeons measured (docs/
+ * benchmarks.md, stop 39) vdpbf16ps zmm retires at a quarter of
+ * vfmadd231ps's rate, 87 against 177 GFLOP/s of peak, and the BF16 kernel
+ * runs at 0.6x the F32 GEMM. False while the scalar reference is forced. */
+bool dsq_gemm_bf16_preferred(void);
+
 /* Row length of A's BF16 copy for depth k (k rounded up to even). */
 int64_t dsq_gemm_bf16_lda(int64_t k);
 /* dst[r * ld + c] = bf16(src[r * lds + c]) for c < cols, zero up to ld. */

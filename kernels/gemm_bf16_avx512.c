@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "kernels/transpose_avx512.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 
@@ -23,26 +24,26 @@ static inline __m512bh pair_of(const uint16_t *a)
     return (__m512bh)_mm512_set1_epi32((int)v);
 }
 
-#define ROW(i)                                                                                     \
-    do {                                                                                           \
-        __m512bh a = pair_of(A + (i) * lda + 2 * p);                                               \
-        c##i##0 = _mm512_dpbf16_ps(c##i##0, a, b0);                                                \
-        c##i##1 = _mm512_dpbf16_ps(c##i##1, a, b1);                                                \
+#define ROW(i)                                                                                                         \
+    do {                                                                                                               \
+        __m512bh a = pair_of(A + (i)*lda + 2 * p);                                                                     \
+        c##i##0 = _mm512_dpbf16_ps(c##i##0, a, b0);                                                                    \
+        c##i##1 = _mm512_dpbf16_ps(c##i##1, a, b1);                                                                    \
     } while (0)
 
-#define STORE(i)                                                                                   \
-    do {                                                                                           \
-        float *c = C + (i) * ldc;                                                                  \
-        if (accumulate) {                                                                          \
-            c##i##0 = _mm512_add_ps(c##i##0, _mm512_loadu_ps(c));                                  \
-            c##i##1 = _mm512_add_ps(c##i##1, _mm512_loadu_ps(c + 16));                             \
-        }                                                                                          \
-        _mm512_storeu_ps(c, c##i##0);                                                              \
-        _mm512_storeu_ps(c + 16, c##i##1);                                                         \
+#define STORE(i)                                                                                                       \
+    do {                                                                                                               \
+        float *c = C + (i)*ldc;                                                                                        \
+        if (accumulate) {                                                                                              \
+            c##i##0 = _mm512_add_ps(c##i##0, _mm512_loadu_ps(c));                                                      \
+            c##i##1 = _mm512_add_ps(c##i##1, _mm512_loadu_ps(c + 16));                                                 \
+        }                                                                                                              \
+        _mm512_storeu_ps(c, c##i##0);                                                                                  \
+        _mm512_storeu_ps(c + 16, c##i##1);                                                                             \
     } while (0)
 
-void dsq_gemm_bf16_kernel_avx512(int64_t np, const uint16_t *A, int64_t lda, const uint16_t *Bp, float *C,
-                                 int64_t ldc, bool accumulate)
+void dsq_gemm_bf16_kernel_avx512(int64_t np, const uint16_t *A, int64_t lda, const uint16_t *Bp, float *C, int64_t ldc,
+                                 bool accumulate)
 {
     __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
     __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
@@ -67,33 +68,6 @@ void dsq_gemm_bf16_kernel_avx512(int64_t np, const uint16_t *A, int64_t lda, con
     STORE(7);
 }
 
-/* 16 x 16 transpose of 32-bit words: r[i] word j -> r[j] word i (BF16 pairs
- * of 16 columns into 16 pair rows). Three stages: words in 128-bit lanes,
- * then 64-bit halves, then the lanes themselves. */
-static void transpose16(__m512i r[16])
-{
-    __m512i a[16], b[16];
-    for (int i = 0; i < 8; i++) {
-        a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        b[4 * i + 0] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
-        b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
-        b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
-        b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
-    }
-    /* b[4i + m] lane l = word 4l + m of rows 4i .. 4i+3 */
-    for (int m = 0; m < 4; m++) {
-        __m512i c0 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0x44), c1 = _mm512_shuffle_i32x4(b[m], b[4 + m], 0xee);
-        __m512i c2 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0x44), c3 = _mm512_shuffle_i32x4(b[8 + m], b[12 + m], 0xee);
-        r[m] = _mm512_shuffle_i32x4(c0, c2, 0x88);
-        r[4 + m] = _mm512_shuffle_i32x4(c0, c2, 0xdd);
-        r[8 + m] = _mm512_shuffle_i32x4(c1, c3, 0x88);
-        r[12 + m] = _mm512_shuffle_i32x4(c1, c3, 0xdd);
-    }
-}
-
 void dsq_gemm_bf16_pack_bt_avx512(const float *B, int64_t ldb, int64_t nc, int64_t kc, uint16_t *dst, int64_t nr)
 {
     int64_t np = (kc + 1) / 2;
@@ -112,12 +86,14 @@ void dsq_gemm_bf16_pack_bt_avx512(const float *B, int64_t ldb, int64_t nc, int64
                 const float *s = B + (c0 + i) * ldb + k0;
                 r[i] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, s + 16), _mm512_maskz_loadu_ps(lo, s));
             }
-            transpose16(r);
+            dsq_transpose16_epi32(r);
             int64_t pn = (kn + 1) / 2, p0 = k0 / 2;
             for (int64_t j = 0; j < pn && p0 + j < np; j++) {
                 uint16_t *d = dst + ((p0 + j) * nr + c0) * 2;
-                if (cn == 16) _mm512_storeu_si512(d, r[j]);
-                else _mm512_mask_storeu_epi32(d, (__mmask16)((1u << cn) - 1u), r[j]);
+                if (cn == 16)
+                    _mm512_storeu_si512(d, r[j]);
+                else
+                    _mm512_mask_storeu_epi32(d, (__mmask16)((1u << cn) - 1u), r[j]);
             }
         }
     }
@@ -163,8 +139,8 @@ void dsq_gemm_bf16_round_rows_avx512(const float *src, int64_t lds, int64_t rows
         for (int64_t c = 0; c < ld; c++) dst[r * ld + c] = c < cols ? dsq_f32_to_bf16(src[r * lds + c]) : 0;
 }
 
-void dsq_gemm_bf16_kernel_avx512(int64_t np, const uint16_t *A, int64_t lda, const uint16_t *Bp, float *C,
-                                 int64_t ldc, bool accumulate)
+void dsq_gemm_bf16_kernel_avx512(int64_t np, const uint16_t *A, int64_t lda, const uint16_t *Bp, float *C, int64_t ldc,
+                                 bool accumulate)
 {
     dsq_gemm_bf16_kernel_scalar(np, A, lda, Bp, C, ldc, accumulate);
 }

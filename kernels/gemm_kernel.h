@@ -18,5 +18,16 @@ void dsq_gemm_kernel_avx2(int64_t kc, const float *A, int64_t lda, const float *
 
 void dsq_gemm_kernel_avx512(int64_t kc, const float *A, int64_t lda, const float *Bp, float *C, int64_t ldc,
                             bool accumulate);
+/* The edges of the 12x32 kernel without padded copies: C[mr x nr] (+)=
+ * A[mr x kc] * the panels at Bp (one for nr <= 16, two adjacent ones up to
+ * 32; columns past nr are the packing's zeros), 1 <= mr <= 12: only mr rows
+ * of A are read and only nr columns of C touched (masked), with the same
+ * arithmetic per element. */
+/* One packed panel of B^T: dst[p * 16 + c] = B[c * ldb + p] for c < nc <= 16
+ * and p < kc, zeros in columns nc..15; 16 x 16 blocks transposed in
+ * registers (a float at a time, it was a tenth of a calibration pass). */
+void dsq_gemm_pack_bt_avx512(const float *B, int64_t ldb, int64_t nc, int64_t kc, float *dst);
+void dsq_gemm_kernel_avx512_edge(int64_t mr, int64_t nr, int64_t kc, const float *A, int64_t lda, const float *Bp,
+                                 float *C, int64_t ldc, bool accumulate);
 
 #endif

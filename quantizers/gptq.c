@@ -78,6 +78,21 @@ static dsq_status hessian_flush_f32(dsq_hessian *h)
     return DSQ_OK;
 }
 
+/* dst[j * ldd + i] = x[i * n + j] for i < rows, j < n, in 16 x 16 blocks so
+ * the reads and the strided writes both stay within a few cache lines (one
+ * row at a time wrote n lines HCHUNK floats apart for every row). */
+static void transpose_into(const float *x, int64_t rows, int64_t n, float *dst, int64_t ldd)
+{
+    for (int64_t i0 = 0; i0 < rows; i0 += 16) {
+        const int64_t i1 = i0 + 16 < rows ? i0 + 16 : rows;
+        for (int64_t j0 = 0; j0 < n; j0 += 16) {
+            const int64_t j1 = j0 + 16 < n ? j0 + 16 : n;
+            for (int64_t j = j0; j < j1; j++)
+                for (int64_t i = i0; i < i1; i++) dst[j * ldd + i] = x[i * n + j];
+        }
+    }
+}
+
 /* Rows gather across calls into chunks of HCHUNK, so the sums (and their
  * bits) do not depend on how the rows were split into calls. */
 static dsq_status hessian_add_f32(dsq_hessian *h, const float *x, int64_t n_rows)
@@ -85,8 +100,7 @@ static dsq_status hessian_add_f32(dsq_hessian *h, const float *x, int64_t n_rows
     const int64_t n = h->cols;
     for (int64_t r = 0; r < n_rows;) {
         int64_t take = HCHUNK - h->pend < n_rows - r ? HCHUNK - h->pend : n_rows - r;
-        for (int64_t i = 0; i < take; i++)
-            for (int64_t j = 0; j < n; j++) h->xt[j * HCHUNK + h->pend + i] = x[(r + i) * n + j];
+        transpose_into(x + r * n, take, n, h->xt + h->pend, HCHUNK);
         memcpy(h->xr + h->pend * n, x + r * n, (size_t)(take * n) * sizeof *x);
         h->pend += take;
         r += take;

@@ -224,7 +224,7 @@ static dsq_status fp8_batched(const dsq_linear *W, const float *xv, int n_tok, f
 {
     const w8_store *s = store_of(W);
     int64_t in = W->in, out = W->out;
-    bool bf16 = dsq_cpu_use_bf16_gemm();
+    bool bf16 = dsq_gemm_bf16_preferred();
     int64_t nc = 256;
     while (nc > 32 && nc * in * (int64_t)sizeof(float) > FP8_TILE_BYTES) nc /= 2;
     int threads = dsq_cpu_threads();

@@ -38,6 +38,7 @@
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
 #include "kernels/cpu.h"
+#include "kernels/gemm_bf16.h"
 #include "runtime/forward.h"
 #include "runtime/model.h"
 #include "runtime/tokenizer.h"
@@ -647,7 +648,7 @@ static void test_cli_rtn(void **state)
                  "%s/awq.json",
                  DSQ_BINARY, cut, dir, calib, dir);
         if (dsq_test_run(cmd, err, sizeof err) != 0) fail_msg("%s: %s", cmd, err);
-        expect_in_file(dir, "awq.json", dsq_cpu_has_avx512bf16() ? "\"compute\":\t\"bf16\"" : "\"compute\":\t\"f32\"");
+        expect_in_file(dir, "awq.json", dsq_gemm_bf16_preferred() ? "\"compute\":\t\"bf16\"" : "\"compute\":\t\"f32\"");
         expect_layer_rss(dir, "awq.json", 2);
         /* RTN with the weighted grid calibrates, says so, and records the grid as llm-compressor's observer */
         snprintf(cmd, sizeof cmd,

@@ -134,7 +134,8 @@ static void test_gemm_avx512_equals_avx2(void **state)
 {
     (void)state;
     if (!dsq_cpu_has(DSQ_CPU_AVX512F) || !dsq_cpu_has_avx2()) DSQ_TEST_SKIP_ENV("this CPU has no AVX512F");
-    static const int ms[] = {11, 12, 13, 24, 37, 100}, ns[] = {16, 31, 32, 33, 64, 80, 200}, ks[] = {1, 255, 256, 600};
+    static const int ms[] = {1, 5, 11, 12, 13, 24, 37, 100}, ns[] = {1, 7, 16, 17, 31, 32, 33, 64, 80, 200},
+                     ks[] = {1, 255, 256, 600};
     int wide_checked = 0;
     for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
         for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
