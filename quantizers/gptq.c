@@ -15,11 +15,6 @@
 #include "quantizers/gptq_internal.h"
 #include "quantizers/intq_search.h"
 
-#define CHOL_NB 64   /* Cholesky block width */
-#define CHOL_JC 256  /* columns of the trailing update per pass over the rows */
-#define INV_CHUNK 64 /* columns per task in the triangular inverse */
-#define INV_RB 64    /* rows of the inverse solved per block */
-#define INV_KC 256   /* solved rows per pass over a block's rows */
 #define COL_CHUNK 64 /* columns kept in L1 during the batched updates */
 
 /* ================================ Hessian ================================ */
@@ -252,174 +247,10 @@ void dsq_hessian_free(dsq_hessian *h)
     memset(h, 0, sizeof *h);
 }
 
-/* ============================ factorization ============================ */
-
-/* Cholesky's trailing update after the panel [k0, k1): for every row i >= k1,
- * ai[k1 .. i] -= sum_k ai[k0 + k] * panel_t[k][k1 .. i]. In column chunks of
- * CHOL_JC, so a chunk of the panel (CHOL_NB x CHOL_JC doubles) stays in L2
- * while every row below uses it; within a chunk DSQ_ROWUPD_ROWS rows at a time
- * over their common columns, then each row's few more. Every element still
- * takes the panel's k in ascending order: the bits do not depend on this. */
-static void trailing_update(double *a, int64_t n, int64_t k0, int64_t k1, const double *panel_t)
-{
-    const int64_t nb = k1 - k0;
-#pragma omp parallel
-    for (int64_t j0 = k1; j0 < n; j0 += CHOL_JC) {
-        const int64_t j1 = j0 + CHOL_JC < n ? j0 + CHOL_JC : n;
-#pragma omp for schedule(dynamic, 2) nowait
-        for (int64_t i = j0; i < n; i += DSQ_ROWUPD_ROWS) {
-            const int64_t nr = n - i < DSQ_ROWUPD_ROWS ? n - i : DSQ_ROWUPD_ROWS;
-            const int64_t w = (i + 1 < j1 ? i + 1 : j1) - j0;
-            double *ai = a + i * n;
-            dsq_rowupd_f64(nr, nb, w, ai + j0, n, ai + k0, n, 1, panel_t + j0, n, -1);
-            for (int64_t r = 1; r < nr; r++) {
-                const int64_t more = (i + r + 1 < j1 ? i + r + 1 : j1) - j0 - w;
-                if (more > 0)
-                    dsq_rowupd_f64(1, nb, more, ai + r * n + j0 + w, n, ai + r * n + k0, n, 1, panel_t + j0 + w, n, -1);
-            }
-        }
-    }
-}
-
-/* In-place lower Cholesky of a [n x n] (lower triangle read and written).
- * Returns -1, or the index of the first pivot that is not positive. Blocked,
- * right-looking; the trailing update reads a transposed copy of the panel so
- * its inner loop is a contiguous axpy. */
-static int64_t chol_lower(double *a, int64_t n, double *panel_t)
-{
-    for (int64_t k0 = 0; k0 < n; k0 += CHOL_NB) {
-        const int64_t k1 = k0 + CHOL_NB < n ? k0 + CHOL_NB : n, nb = k1 - k0;
-        for (int64_t j = k0; j < k1; j++) {
-            double d = a[j * n + j];
-            for (int64_t k = k0; k < j; k++) d -= a[j * n + k] * a[j * n + k];
-            if (!(d > 0.0) || !isfinite(d)) return j;
-            d = sqrt(d);
-            a[j * n + j] = d;
-            for (int64_t i = j + 1; i < k1; i++) {
-                double s = a[i * n + j];
-                for (int64_t k = k0; k < j; k++) s -= a[i * n + k] * a[j * n + k];
-                a[i * n + j] = s / d;
-            }
-        }
-        if (k1 == n) break;
-#pragma omp parallel for schedule(static)
-        for (int64_t i = k1; i < n; i++) {
-            double *ai = a + i * n;
-            for (int64_t j = k0; j < k1; j++) {
-                double s = ai[j];
-                for (int64_t k = k0; k < j; k++) s -= ai[k] * a[j * n + k];
-                ai[j] = s / a[j * n + j];
-            }
-            for (int64_t k = 0; k < nb; k++) panel_t[k * n + i] = ai[k0 + k];
-        }
-        trailing_update(a, n, k0, k1, panel_t);
-    }
-    return -1;
-}
-
-/* Row i of L^-1, columns [c0, c0 + w) (b; NULL: zeros), into U's reversed place. */
-static void put_row(float *uf, double *ud, int64_t n, int64_t i, int64_t c0, int64_t w, const double *b)
-{
-    const int64_t r = (n - 1 - i) * n;
-    for (int64_t j = 0; j < w; j++) {
-        const double v = b ? b[j] : 0.0;
-        if (uf)
-            uf[r + n - 1 - (c0 + j)] = (float)v;
-        else
-            ud[r + n - 1 - (c0 + j)] = v;
-    }
-}
-
-/* Rows [i0, i0 + INV_RB) of L^-1's columns [c0, c0 + w), the rows before
- * i0 solved in blk. First what every row takes from those solved rows, all
- * rows at once, the solved rows in chunks of INV_KC so each chunk stays in L2
- * while every row group uses it; then the rows in order, each group of
- * DSQ_ROWUPD_ROWS with its share of this block's rows solved before it and
- * each row with its group's. Every element sums k ascending, as one row at a
- * time would: the bits do not depend on the blocking. */
-static void inv_rows(const double *a, int64_t n, int64_t c0, int64_t w, int64_t i0, double *blk, double *acc, float *uf,
-                     double *ud)
-{
-    const int64_t rb = n - i0 < INV_RB ? n - i0 : INV_RB;
-    memset(acc, 0, (size_t)rb * INV_CHUNK * sizeof *acc);
-    for (int64_t k0 = c0; k0 < i0; k0 += INV_KC) {
-        const int64_t kc = i0 - k0 < INV_KC ? i0 - k0 : INV_KC;
-        dsq_rowupd_f64(rb, kc, w, acc, INV_CHUNK, a + i0 * n + k0, n, 1, blk + (k0 - c0) * INV_CHUNK, INV_CHUNK, 1);
-    }
-    for (int64_t g = 0; g < rb; g += DSQ_ROWUPD_ROWS) {
-        const int64_t i = i0 + g, nr = rb - g < DSQ_ROWUPD_ROWS ? rb - g : DSQ_ROWUPD_ROWS;
-        double *ag = acc + g * INV_CHUNK;
-        dsq_rowupd_f64(nr, g, w, ag, INV_CHUNK, a + i * n + i0, n, 1, blk + (i0 - c0) * INV_CHUNK, INV_CHUNK, 1);
-        for (int64_t r = 0; r < nr; r++) {
-            const double *li = a + (i + r) * n;
-            double *bi = blk + (i + r - c0) * INV_CHUNK, *ar = ag + r * INV_CHUNK;
-            dsq_rowupd_f64(1, r, w, ar, 0, li + i, 0, 1, blk + (i - c0) * INV_CHUNK, INV_CHUNK, 1);
-            for (int64_t j = 0; j < w; j++) {
-                const int64_t col = c0 + j;
-                bi[j] = col < i + r ? -ar[j] / li[i + r] : col == i + r ? 1.0 / li[i + r] : 0.0;
-            }
-            put_row(uf, ud, n, i + r, c0, w, bi);
-        }
-    }
-}
-
-/* U = J L^-1 J: the inverse of the lower-triangular L in a, index-reversed
- * into the upper-triangular U (float uf or double ud; the lower part is
- * zeroed). Each block of INV_CHUNK columns of L^-1 is an independent forward
- * substitution; a thread keeps its block's solved rows packed (n x INV_CHUNK)
- * so the inner loop reads them from cache while L's rows stream once. */
-static dsq_status tri_inv_reversed(const double *a, int64_t n, float *uf, double *ud)
-{
-    int oom = 0;
-#pragma omp parallel reduction(| : oom)
-    {
-        double *blk = malloc((size_t)n * INV_CHUNK * sizeof(double));
-        double *acc = malloc((size_t)INV_RB * INV_CHUNK * sizeof(double));
-        if (!blk || !acc) oom = 1;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t c0 = 0; c0 < n; c0 += INV_CHUNK) {
-            if (!blk || !acc) continue;
-            const int64_t w = c0 + INV_CHUNK < n ? INV_CHUNK : n - c0;
-            for (int64_t i = 0; i < c0; i++) put_row(uf, ud, n, i, c0, w, NULL);
-            for (int64_t i0 = c0; i0 < n; i0 += INV_RB) inv_rows(a, n, c0, w, i0, blk, acc, uf, ud);
-        }
-        free(acc);
-        free(blk);
-    }
-    if (oom)
-        return dsq_fail(DSQ_ERR_NOMEM, "gptq: out of memory inverting a [%lld x %lld] factor", (long long)n,
-                        (long long)n);
-    return DSQ_OK;
-}
-
 double *dsq_gptq_alloc_square(int64_t n, size_t elem)
 {
     if (n <= 0 || (uint64_t)n > SIZE_MAX / elem / (uint64_t)n) return NULL;
     return dsq_bigbuf_alloc((size_t)n * (size_t)n * elem);
-}
-
-dsq_status dsq_gptq_hinv_upper(const double *H, int64_t n, double damp, double *U)
-{
-    if (!H || !U || n <= 0) return dsq_fail(DSQ_ERR_ARG, "gptq: bad Hessian arguments");
-    double *a = dsq_gptq_alloc_square(n, sizeof(double));
-    double *scratch = malloc((size_t)n * CHOL_NB * sizeof(double));
-    if (!a || !scratch) {
-        free(a);
-        free(scratch);
-        return dsq_fail(DSQ_ERR_NOMEM, "gptq: out of memory for a [%lld x %lld] Hessian", (long long)n, (long long)n);
-    }
-    /* a = J (H + damp I) J; its lower Cholesky factor L gives H + damp I = R R^T with
-     * R = J L J upper, so (H + damp I)^-1 = U^T U with U = R^-1 = J L^-1 J. */
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < n; j++) a[i * n + j] = H[(n - 1 - i) * n + (n - 1 - j)] + (i == j ? damp : 0.0);
-    int64_t bad = chol_lower(a, n, scratch);
-    dsq_status st = bad < 0 ? tri_inv_reversed(a, n, NULL, U) : DSQ_OK;
-    free(a);
-    free(scratch);
-    if (bad >= 0)
-        return dsq_fail(DSQ_ERR_NUMERIC, "gptq: Hessian [%lld x %lld] is not positive definite (pivot %lld)",
-                        (long long)n, (long long)n, (long long)(n - 1 - bad));
-    return st;
 }
 
 /* ================================ GPTQ ================================ */
@@ -603,79 +434,6 @@ int dsq_gptq_key_cmp(const void *pa, const void *pb)
     return a->i < b->i ? -1 : a->i > b->i;
 }
 
-/* a[i][j] (i >= j) = the damped Hp[n-1-i][n-1-j], Hp = H permuted with dead
- * diagonals set to 1, written into H's own lower triangle and diagonal: the
- * values come from H's strict upper triangle (H is symmetric) and from diag,
- * H's diagonal saved before, so nothing read is overwritten. */
-static void fill_factor_input(double *H, const double *diag, const int64_t *perm, const uint8_t *dead, int64_t n,
-                              double damp)
-{
-#pragma omp parallel for schedule(dynamic, 16)
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t pi = perm[n - 1 - i];
-        for (int64_t j = 0; j <= i; j++) {
-            const int64_t pj = perm[n - 1 - j];
-            const double h = pi == pj ? diag[pi] : H[(pi < pj ? pi : pj) * n + (pi < pj ? pj : pi)];
-            H[i * n + j] = dsq_gptq_damped(h, pi == pj, dead[pi], damp);
-        }
-    }
-}
-
-/* H as the caller gave it: the diagonal from diag, the strict lower triangle
- * from the upper. */
-static void restore_hessian(double *H, const double *diag, int64_t n)
-{
-    mirror_upper(H, n);
-    for (int64_t i = 0; i < n; i++) H[i * n + i] = diag[i];
-}
-
-/* Damped, permuted, index-reversed Hessian factored into U (float, processing
- * order), with retries at larger dampening. The factor is formed in H's lower
- * triangle (a separate double copy was the largest buffer of a 70B layer's
- * solve: 6 GiB for its 28672-wide down_proj), and H is restored before return. */
-dsq_status dsq_gptq_factor(double *H, const int64_t *perm, const uint8_t *dead, int64_t n, const dsq_gptq_opts *o,
-                           const char *name, float *U, dsq_gptq_report *rep)
-{
-    double *diag = malloc((size_t)n * sizeof(double));
-    double *scratch = malloc((size_t)n * CHOL_NB * sizeof(double));
-    if (!diag || !scratch) {
-        free(diag);
-        free(scratch);
-        return dsq_fail(DSQ_ERR_NOMEM, "gptq: layer %s: out of memory for a [%lld x %lld] Hessian", name, (long long)n,
-                        (long long)n);
-    }
-    for (int64_t i = 0; i < n; i++) diag[i] = H[i * n + i];
-    double mean = 0.0;
-    for (int64_t i = 0; i < n; i++) mean += dead[perm[i]] ? 1.0 : diag[perm[i]];
-    mean /= (double)n;
-    double p = o->percdamp, first = p;
-    int tries = 0;
-    int64_t bad = -1;
-    for (;;) {
-        tries++;
-        fill_factor_input(H, diag, perm, dead, n, p * mean);
-        bad = chol_lower(H, n, scratch);
-        if (bad >= 0) bad = n - 1 - bad; /* in H's (permuted) indices */
-        if (bad < 0 || p >= 1.0) break;
-        p = p < 0.005 ? 0.01 : (2.0 * p < 1.0 ? 2.0 * p : 1.0);
-        DSQ_LOGW("gptq: layer %s: Hessian did not factor; retrying with dampening %g", name, p);
-    }
-    dsq_status st = bad < 0 ? tri_inv_reversed(H, n, U, NULL) : DSQ_OK;
-    restore_hessian(H, diag, n);
-    free(diag);
-    free(scratch);
-    if (st != DSQ_OK) return st;
-    if (bad >= 0)
-        return dsq_fail(DSQ_ERR_NUMERIC,
-                        "gptq: layer %s: Hessian [%lld x %lld] is not positive definite (pivot %lld) with dampening "
-                        "%g to %g of the mean diagonal %g (%d tries)",
-                        name, (long long)n, (long long)n, (long long)bad, first, p, mean, tries);
-    rep->percdamp = p;
-    rep->damp = p * mean;
-    rep->damp_tries = tries;
-    return DSQ_OK;
-}
-
 dsq_status dsq_gptq_run_tiles(int64_t rows, int64_t tile_rows, size_t tile_floats, dsq_gptq_tile_fn fn, const void *ctx,
                               double *loss_out)
 {
@@ -704,7 +462,7 @@ static double tile_fn(const void *ctx, int64_t r0, int64_t nr, float *buf)
     return run_tile(c, r0, nr, buf, c->static_groups);
 }
 
-dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, double *H, const dsq_gptq_opts *o,
+dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, const double *H, const dsq_gptq_opts *o,
                              dsq_intq *out, dsq_gptq_report *report)
 {
     const char *name = o && o->name ? o->name : "?";

@@ -87,12 +87,9 @@ typedef struct dsq_gptq_report {
 } dsq_gptq_report;
 
 /* Quantizes w [rows x cols] given H [cols x cols] (symmetric, double; an
- * asymmetric one is refused). H is borrowed as the factorization's workspace
- * (its lower triangle and diagonal hold the Cholesky factor meanwhile) and
- * holds its own values again when this returns, on every path: no other
- * thread may read it during the call. out is allocated here (free with
+ * asymmetric one is refused; only read). out is allocated here (free with
  * dsq_intq_free); report may be NULL. */
-dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, double *H, const dsq_gptq_opts *o,
+dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, const double *H, const dsq_gptq_opts *o,
                              dsq_intq *out, dsq_gptq_report *report);
 
 /* Replaces q's scales by the least-squares scales for its codes under the

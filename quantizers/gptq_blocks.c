@@ -145,7 +145,7 @@ static dsq_status check_type(const dsq_gptq_blocks_opts *o, int64_t rows, int64_
     return DSQ_OK;
 }
 
-dsq_status dsq_gptq_blocks_quantize(const float *w, int64_t rows, int64_t cols, double *H,
+dsq_status dsq_gptq_blocks_quantize(const float *w, int64_t rows, int64_t cols, const double *H,
                                     const dsq_gptq_blocks_opts *o, void *out, dsq_gptq_report *report)
 {
     const char *name = o && o->name ? o->name : "?";

@@ -43,12 +43,12 @@ typedef struct dsq_gptq_blocks_opts {
     const char *name;        /* tensor name for messages; may be NULL */
 } dsq_gptq_blocks_opts;
 
-/* w [rows x cols] F32 (not modified), H [cols x cols] as for dsq_gptq_quantize
- * (borrowed as workspace, restored on return).
+/* w [rows x cols] F32 and H [cols x cols] (not modified) as for
+ * dsq_gptq_quantize.
  * out receives rows * row_bytes(type, cols) bytes. Fails (naming the tensor)
  * on a type without a quantizer, cols not a multiple of its block, non-finite
  * inputs, a Hessian that does not factor, or updates that blow up. */
-dsq_status dsq_gptq_blocks_quantize(const float *w, int64_t rows, int64_t cols, double *H,
+dsq_status dsq_gptq_blocks_quantize(const float *w, int64_t rows, int64_t cols, const double *H,
                                     const dsq_gptq_blocks_opts *o, void *out, dsq_gptq_report *report);
 
 /* The quantity GPTQ minimizes for one tensor: sum over rows of

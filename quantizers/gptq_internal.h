@@ -48,12 +48,12 @@ static inline double dsq_gptq_damped(double h, bool diagonal, bool dead, double 
 }
 
 /* U [n x n] (float, processing order perm; dead diagonals set to 1): the
- * upper Cholesky factor of the damped inverse Hessian, with dampening
- * o->percdamp of the mean diagonal doubled up to 1 until H factors. Fills
- * rep->percdamp, rep->damp and rep->damp_tries. H (symmetric) is the
- * factorization's workspace: its lower triangle and diagonal are overwritten
- * and restored before return, on every path. */
-dsq_status dsq_gptq_factor(double *H, const int64_t *perm, const uint8_t *dead, int64_t n, const dsq_gptq_opts *o,
+ * upper Cholesky factor of the damped inverse Hessian, factored in float as
+ * the reference does (gptq_factor.c), with dampening o->percdamp of the mean
+ * diagonal doubled up to 1 until H factors. U is the factorization's only
+ * workspace; H (symmetric) is only read. Fills rep->percdamp, rep->damp and
+ * rep->damp_tries. */
+dsq_status dsq_gptq_factor(const double *H, const int64_t *perm, const uint8_t *dead, int64_t n, const dsq_gptq_opts *o,
                            const char *name, float *U, dsq_gptq_report *rep);
 
 /* Column i's error feedback inside a lazy batch of cnt columns: w1 the
