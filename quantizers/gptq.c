@@ -532,10 +532,8 @@ dsq_status dsq_gptq_quantize(const float *w, int64_t rows, int64_t cols, const d
             out->g_idx = NULL;
         }
     }
-    if (o->refit) {
-        free(U); /* the factor is done with: the refit's own [cols x cols] takes its place */
-        U = NULL;
-        st = dsq_gptq_refit_scales(w, H, rep.damp, out, name, &rep.n_refit);
+    if (o->refit) { /* the factor is done with: its buffer holds the refit's damped H */
+        st = dsq_gptq_refit_scales_in(w, H, rep.damp, out, name, &rep.n_refit, U);
         if (st != DSQ_OK) goto done;
     }
     if (report) *report = rep;

@@ -56,6 +56,13 @@ static inline double dsq_gptq_damped(double h, bool diagonal, bool dead, double 
 dsq_status dsq_gptq_factor(const double *H, const int64_t *perm, const uint8_t *dead, int64_t n, const dsq_gptq_opts *o,
                            const char *name, float *U, dsq_gptq_report *rep);
 
+/* dsq_gptq_refit_scales with work, a [cols x cols] float buffer (GPTQ's
+ * factor, done with by then), as the damped H's copy: a wide layer's largest
+ * buffer taken over instead of allocated afresh (its pages zeroed by the
+ * kernel again: 0.8 GB for a 14336-wide down_proj). NULL allocates one. */
+dsq_status dsq_gptq_refit_scales_in(const float *w, const double *H, double damp, dsq_intq *q, const char *name,
+                                    int64_t *n_changed, float *work);
+
 /* Column i's error feedback inside a lazy batch of cnt columns: w1 the
  * batch's weights of one row, err[i] (already set) column i's scaled error,
  * U0 the factor at the batch's first row and column (row stride n). Column

@@ -133,6 +133,12 @@ static int64_t refit_tile(const refit_ctx *c, int64_t r0, int64_t nr, float *A, 
 dsq_status dsq_gptq_refit_scales(const float *w, const double *H, double damp, dsq_intq *q, const char *name,
                                  int64_t *n_changed)
 {
+    return dsq_gptq_refit_scales_in(w, H, damp, q, name, n_changed, NULL);
+}
+
+dsq_status dsq_gptq_refit_scales_in(const float *w, const double *H, double damp, dsq_intq *q, const char *name,
+                                    int64_t *n_changed, float *work)
+{
     name = name ? name : "?";
     const int64_t rows = q->rows, n = q->cols, ng = q->n_groups, gs = q->group_size;
     if (n_changed) *n_changed = 0;
@@ -146,7 +152,7 @@ dsq_status dsq_gptq_refit_scales(const float *w, const double *H, double damp, d
     int64_t *order = malloc((size_t)n * sizeof *order);
     int64_t *fill = calloc((size_t)ng, sizeof *fill);
     double *Hd = malloc((size_t)n * sizeof *Hd);
-    float *Hp = (float *)dsq_gptq_alloc_square(n, sizeof(float));
+    float *Hp = work ? work : (float *)dsq_gptq_alloc_square(n, sizeof(float));
     dsq_status st = DSQ_OK;
     int64_t changed = 0;
     if (!order || !fill || !Hd || !Hp) {
@@ -195,7 +201,7 @@ done:
     free(order);
     free(fill);
     free(Hd);
-    free(Hp);
+    if (Hp != work) free(Hp);
     if (n_changed) *n_changed = changed;
     return st;
 }
