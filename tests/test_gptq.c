@@ -217,6 +217,24 @@ static void reference_hinv_upper(const double *H, int n, double damp, double *U)
     free(Hi);
 }
 
+/* Path p of three other than the default: the scalar loops, AVX2, one thread.
+ * Returns the thread count default_path restores. */
+static int other_path(int p)
+{
+    const int threads = omp_get_max_threads();
+    if (p < 2)
+        dsq_cpu_set_isa(p == 0 ? DSQ_CPU_ISA_SCALAR : DSQ_CPU_ISA_AVX2);
+    else
+        omp_set_num_threads(1);
+    return threads;
+}
+
+static void default_path(int threads)
+{
+    dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
+    omp_set_num_threads(threads);
+}
+
 /* GPTQ's own factor (float, formed in its output buffer, processing order
  * reversed by act-order) against the double reference U64 of the same H in
  * the original order: entry for entry within float's rounding grown by the
@@ -271,16 +289,10 @@ static void factor_f32_case(const double *H, int n, const double *U64)
             }
         print_message("n %d pass %d: (H + damp I) U^T U off I by at most %.3g\n", n, pass, worst);
     }
-    const dsq_cpu_isa isas[] = {DSQ_CPU_ISA_SCALAR, DSQ_CPU_ISA_AVX2};
-    const int threads = omp_get_max_threads();
     for (int p = 0; p < 3; p++) {
-        if (p < 2)
-            dsq_cpu_set_isa(isas[p]);
-        else
-            omp_set_num_threads(1);
+        const int threads = other_path(p);
         assert_int_equal(dsq_gptq_factor(H, perm, dead, n, &o, "t", R, &rep), DSQ_OK);
-        dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
-        omp_set_num_threads(threads);
+        default_path(threads);
         assert_memory_equal(U, R, sizeof(float) * n * n);
     }
     free(perm);
@@ -308,16 +320,10 @@ static void hinv_case(int n, int tokens)
     for (int i = 0; i < n; i++)
         for (int j = 0; j < i; j++) assert_true(U[i * n + j] == 0.0);
     /* the blocked factorization's bits do not depend on the ISA or the threads */
-    const dsq_cpu_isa isas[] = {DSQ_CPU_ISA_SCALAR, DSQ_CPU_ISA_AVX2};
-    const int threads = omp_get_max_threads();
     for (int p = 0; p < 3; p++) {
-        if (p < 2)
-            dsq_cpu_set_isa(isas[p]);
-        else
-            omp_set_num_threads(1);
+        const int threads = other_path(p);
         assert_int_equal(dsq_gptq_hinv_upper(H, n, 0.01 * mean, R), DSQ_OK);
-        dsq_cpu_set_isa(DSQ_CPU_ISA_AUTO);
-        omp_set_num_threads(threads);
+        default_path(threads);
         assert_memory_equal(U, R, sizeof(double) * n * n);
     }
     /* (H + damp I) U^T U = I */
