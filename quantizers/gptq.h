@@ -104,4 +104,8 @@ dsq_status dsq_gptq_refit_scales(const float *w, const double *H, double damp, d
  * Exposed for tests and for callers that reuse the factor. */
 dsq_status dsq_gptq_hinv_upper(const double *H, int64_t n, double damp, double *U);
 
+/* The same factor computed in float, as GPTQ computes it (gptq_factor.c),
+ * formed in U itself [n x n]: for benches and tests of the float path. */
+dsq_status dsq_gptq_hinv_upper_f32(const double *H, int64_t n, double damp, float *U);
+
 #endif

@@ -2,7 +2,9 @@
  * factor, written once for both precisions: quantizers/gptq_factor.c
  * includes this file with REAL (float or double) and SFX (f32 or f64)
  * defined, which name the functions and pick the row-update kernel. Not a
- * header of its own: it has no guard and is included nowhere else. */
+ * header of its own: it has no guard and is included nowhere else. Every
+ * loop runs with denormals flushed (dsq_cpu_flush_denormals): in float a
+ * factor's tiny entries would otherwise cost a microcode assist each. */
 
 #define GF_CAT_(a, b) a##_##b
 #define GF_CAT(a, b) GF_CAT_(a, b)
@@ -19,20 +21,24 @@ static void GF(trailing_update)(REAL *a, int64_t n, int64_t k0, int64_t k1, cons
 {
     const int64_t nb = k1 - k0;
 #pragma omp parallel
-    for (int64_t j0 = k1; j0 < n; j0 += CHOL_JC) {
-        const int64_t j1 = j0 + CHOL_JC < n ? j0 + CHOL_JC : n;
+    {
+        const unsigned csr = dsq_cpu_flush_denormals();
+        for (int64_t j0 = k1; j0 < n; j0 += CHOL_JC) {
+            const int64_t j1 = j0 + CHOL_JC < n ? j0 + CHOL_JC : n;
 #pragma omp for schedule(dynamic, 2) nowait
-        for (int64_t i = j0; i < n; i += DSQ_ROWUPD_ROWS) {
-            const int64_t nr = n - i < DSQ_ROWUPD_ROWS ? n - i : DSQ_ROWUPD_ROWS;
-            const int64_t w = (i + 1 < j1 ? i + 1 : j1) - j0;
-            REAL *ai = a + i * n;
-            GF_ROWUPD(nr, nb, w, ai + j0, n, ai + k0, n, 1, panel_t + j0, n, -1);
-            for (int64_t r = 1; r < nr; r++) {
-                const int64_t more = (i + r + 1 < j1 ? i + r + 1 : j1) - j0 - w;
-                if (more > 0)
-                    GF_ROWUPD(1, nb, more, ai + r * n + j0 + w, n, ai + r * n + k0, n, 1, panel_t + j0 + w, n, -1);
+            for (int64_t i = j0; i < n; i += DSQ_ROWUPD_ROWS) {
+                const int64_t nr = n - i < DSQ_ROWUPD_ROWS ? n - i : DSQ_ROWUPD_ROWS;
+                const int64_t w = (i + 1 < j1 ? i + 1 : j1) - j0;
+                REAL *ai = a + i * n;
+                GF_ROWUPD(nr, nb, w, ai + j0, n, ai + k0, n, 1, panel_t + j0, n, -1);
+                for (int64_t r = 1; r < nr; r++) {
+                    const int64_t more = (i + r + 1 < j1 ? i + r + 1 : j1) - j0 - w;
+                    if (more > 0)
+                        GF_ROWUPD(1, nb, more, ai + r * n + j0 + w, n, ai + r * n + k0, n, 1, panel_t + j0 + w, n, -1);
+                }
             }
         }
+        dsq_cpu_denormals_restore(csr);
     }
 }
 
@@ -42,12 +48,17 @@ static void GF(trailing_update)(REAL *a, int64_t n, int64_t k0, int64_t k1, cons
  * its inner loop is a contiguous axpy. */
 static int64_t GF(chol_lower)(REAL *a, int64_t n, REAL *panel_t)
 {
-    for (int64_t k0 = 0; k0 < n; k0 += CHOL_NB) {
+    const unsigned csr = dsq_cpu_flush_denormals();
+    int64_t bad = -1;
+    for (int64_t k0 = 0; k0 < n && bad < 0; k0 += CHOL_NB) {
         const int64_t k1 = k0 + CHOL_NB < n ? k0 + CHOL_NB : n, nb = k1 - k0;
         for (int64_t j = k0; j < k1; j++) {
             REAL d = a[j * n + j];
             for (int64_t k = k0; k < j; k++) d -= a[j * n + k] * a[j * n + k];
-            if (!(d > 0) || !isfinite(d)) return j;
+            if (!(d > 0) || !isfinite(d)) {
+                bad = j;
+                break;
+            }
             d = (REAL)sqrt((double)d); /* correctly rounded for float too */
             a[j * n + j] = d;
             for (int64_t i = j + 1; i < k1; i++) {
@@ -56,20 +67,26 @@ static int64_t GF(chol_lower)(REAL *a, int64_t n, REAL *panel_t)
                 a[i * n + j] = s / d;
             }
         }
-        if (k1 == n) break;
-#pragma omp parallel for schedule(static)
-        for (int64_t i = k1; i < n; i++) {
-            REAL *ai = a + i * n;
-            for (int64_t j = k0; j < k1; j++) {
-                REAL s = ai[j];
-                for (int64_t k = k0; k < j; k++) s -= ai[k] * a[j * n + k];
-                ai[j] = s / a[j * n + j];
+        if (bad >= 0 || k1 == n) break;
+#pragma omp parallel
+        {
+            const unsigned tcsr = dsq_cpu_flush_denormals();
+#pragma omp for schedule(static)
+            for (int64_t i = k1; i < n; i++) {
+                REAL *ai = a + i * n;
+                for (int64_t j = k0; j < k1; j++) {
+                    REAL s = ai[j];
+                    for (int64_t k = k0; k < j; k++) s -= ai[k] * a[j * n + k];
+                    ai[j] = s / a[j * n + j];
+                }
+                for (int64_t k = 0; k < nb; k++) panel_t[k * n + i] = ai[k0 + k];
             }
-            for (int64_t k = 0; k < nb; k++) panel_t[k * n + i] = ai[k0 + k];
+            dsq_cpu_denormals_restore(tcsr);
         }
         GF(trailing_update)(a, n, k0, k1, panel_t);
     }
-    return -1;
+    dsq_cpu_denormals_restore(csr);
+    return bad;
 }
 
 /* Row i of L^-1, columns [c0, c0 + w) (b), into U's reversed place: only the
@@ -132,6 +149,7 @@ static dsq_status GF(tri_inv_reversed)(const REAL *a, int64_t n, REAL *u)
     {
         REAL *blk = malloc((size_t)n * INV_CHUNK * sizeof *blk);
         REAL *acc = malloc((size_t)INV_RB * INV_CHUNK * sizeof *acc);
+        const unsigned csr = dsq_cpu_flush_denormals();
         if (!blk || !acc) oom = 1;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t c0 = 0; c0 < n; c0 += INV_CHUNK) {
@@ -139,6 +157,7 @@ static dsq_status GF(tri_inv_reversed)(const REAL *a, int64_t n, REAL *u)
             const int64_t w = c0 + INV_CHUNK < n ? INV_CHUNK : n - c0;
             for (int64_t i0 = c0; i0 < n; i0 += INV_RB) GF(inv_rows)(a, diag, n, c0, w, i0, blk, acc, u);
         }
+        dsq_cpu_denormals_restore(csr);
         free(acc);
         free(blk);
     }
