@@ -1,7 +1,8 @@
 /* kernels/cpu_features.c against the compiler's own probe: for every feature
  * that GCC's __builtin_cpu_supports knows (it also checks the OS state), both
  * must agree on this machine; the combinations must be the ANDs they claim to
- * be; forcing the scalar ISA must switch the kernels' paths off and AUTO back. */
+ * be; forcing the scalar ISA must switch the kernels' paths off and AUTO back;
+ * the denormal flush must flush on the calling thread and undo itself. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -50,8 +51,7 @@ static void test_matches_compiler_probe(void **state)
          * there ours may only be the stricter one. */
         bool amx = rows[i].f == DSQ_CPU_AMX_BF16 || rows[i].f == DSQ_CPU_AMX_INT8;
         bool bad = amx ? dsq_cpu_has(rows[i].f) && !rows[i].gcc : dsq_cpu_has(rows[i].f) != (rows[i].gcc != 0);
-        if (bad) fail_msg("%s: ours %d, gcc %d", dsq_cpu_feature_name(rows[i].f),
-                                                            dsq_cpu_has(rows[i].f), rows[i].gcc);
+        if (bad) fail_msg("%s: ours %d, gcc %d", dsq_cpu_feature_name(rows[i].f), dsq_cpu_has(rows[i].f), rows[i].gcc);
     }
 #else
     for (int f = 0; f < DSQ_CPU_N_FEATURES; f++) assert_false(dsq_cpu_has((dsq_cpu_feature)f));
@@ -85,12 +85,32 @@ static void test_forcing(void **state)
     assert_int_equal(dsq_cpu_use_bf16_gemm(), dsq_cpu_has_avx512bf16());
 }
 
+/* Denormals flushed between dsq_cpu_flush_denormals and the restore: a
+ * product below float's normal range is 0 and a denormal operand reads as 0
+ * (x86); before and after, both are the IEEE values. volatile keeps the
+ * compiler from folding the arithmetic at compile time. */
+static void test_flush_denormals(void **state)
+{
+    (void)state;
+    volatile float tiny = 1e-20f, den = 1e-40f, one = 1.0f;
+    assert_true(tiny * tiny > 0.0f && den * one > 0.0f); /* IEEE: 1e-40 is a denormal */
+    const unsigned saved = dsq_cpu_flush_denormals();
+#if defined(__x86_64__) || defined(__i386__)
+    const float flushed = tiny * tiny, read = den * one;
+    assert_true(flushed == 0.0f);
+    assert_true(read == 0.0f);
+#endif
+    dsq_cpu_denormals_restore(saved);
+    assert_true(tiny * tiny > 0.0f && den * one > 0.0f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_compiler_probe),
         cmocka_unit_test(test_combinations),
         cmocka_unit_test(test_forcing),
+        cmocka_unit_test(test_flush_denormals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
