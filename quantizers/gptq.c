@@ -11,7 +11,7 @@
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"      /* x^T x */
 #include "kernels/gemm_bf16.h" /* x^T x of a BF16 pass */
-#include "kernels/rowupd.h"    /* the factorization's and the updates' inner loops */
+#include "kernels/rowupd.h"    /* the lazy batch updates' inner loops */
 #include "quantizers/gptq_internal.h"
 #include "quantizers/intq_search.h"
 

@@ -39,40 +39,17 @@ dsq_status dsq_gptq_hinv_upper(const double *H, int64_t n, double damp, double *
 {
     if (!H || !U || n <= 0) return dsq_fail(DSQ_ERR_ARG, "gptq: bad Hessian arguments");
     double *a = dsq_gptq_alloc_square(n, sizeof(double));
-    double *scratch = malloc((size_t)n * CHOL_NB * sizeof(double));
-    if (!a || !scratch) {
-        free(a);
-        free(scratch);
+    if (!a)
         return dsq_fail(DSQ_ERR_NOMEM, "gptq: out of memory for a [%lld x %lld] Hessian", (long long)n, (long long)n);
-    }
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < n; j++) a[i * n + j] = H[(n - 1 - i) * n + (n - 1 - j)] + (i == j ? damp : 0.0);
-    int64_t bad = chol_lower_f64(a, n, scratch);
-    dsq_status st = bad < 0 ? tri_inv_reversed_f64(a, n, U) : DSQ_OK;
+    dsq_status st = hinv_upper_with_f64(H, n, damp, a, U);
     free(a);
-    free(scratch);
-    if (bad >= 0)
-        return dsq_fail(DSQ_ERR_NUMERIC, "gptq: Hessian [%lld x %lld] is not positive definite (pivot %lld)",
-                        (long long)n, (long long)n, (long long)(n - 1 - bad));
     return st;
 }
 
 dsq_status dsq_gptq_hinv_upper_f32(const double *H, int64_t n, double damp, float *U)
 {
     if (!H || !U || n <= 0) return dsq_fail(DSQ_ERR_ARG, "gptq: bad Hessian arguments");
-    float *scratch = malloc((size_t)n * CHOL_NB * sizeof *scratch);
-    if (!scratch)
-        return dsq_fail(DSQ_ERR_NOMEM, "gptq: out of memory for a [%lld x %lld] Hessian", (long long)n, (long long)n);
-#pragma omp parallel for schedule(dynamic, 16)
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j <= i; j++)
-            U[i * n + j] = (float)(H[(n - 1 - i) * n + (n - 1 - j)] + (i == j ? damp : 0.0));
-    int64_t bad = chol_lower_f32(U, n, scratch);
-    free(scratch);
-    if (bad >= 0)
-        return dsq_fail(DSQ_ERR_NUMERIC, "gptq: Hessian [%lld x %lld] is not positive definite (pivot %lld)",
-                        (long long)n, (long long)n, (long long)(n - 1 - bad));
-    return tri_inv_reversed_f32(U, n, U);
+    return hinv_upper_with_f32(H, n, damp, U, U);
 }
 
 /* u[i][j] (i >= j) = the damped Hp[n-1-i][n-1-j] in float, Hp = H permuted

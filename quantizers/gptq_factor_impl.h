@@ -170,6 +170,25 @@ static dsq_status GF(tri_inv_reversed)(const REAL *a, int64_t n, REAL *u)
     return DSQ_OK;
 }
 
+/* The upper factor of (H + damp I)^-1 (dsq_gptq_hinv_upper) with a [n x n]
+ * as the factorization's workspace (its lower triangle; u may be a itself). */
+static dsq_status GF(hinv_upper_with)(const double *H, int64_t n, double damp, REAL *a, REAL *u)
+{
+    REAL *scratch = malloc((size_t)n * CHOL_NB * sizeof *scratch);
+    if (!scratch)
+        return dsq_fail(DSQ_ERR_NOMEM, "gptq: out of memory for a [%lld x %lld] Hessian", (long long)n, (long long)n);
+#pragma omp parallel for schedule(dynamic, 16)
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j <= i; j++)
+            a[i * n + j] = (REAL)(H[(n - 1 - i) * n + (n - 1 - j)] + (i == j ? damp : 0.0));
+    const int64_t bad = GF(chol_lower)(a, n, scratch);
+    free(scratch);
+    if (bad >= 0)
+        return dsq_fail(DSQ_ERR_NUMERIC, "gptq: Hessian [%lld x %lld] is not positive definite (pivot %lld)",
+                        (long long)n, (long long)n, (long long)(n - 1 - bad));
+    return GF(tri_inv_reversed)(a, n, u);
+}
+
 #undef GF_ROWUPD
 #undef GF
 #undef GF_CAT
